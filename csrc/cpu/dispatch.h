@@ -1,0 +1,21 @@
+// Run-time choice of the kernel table (baseline, AVX2, AVX-512).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernel_table.h"
+
+namespace dprec::cpu {
+
+// The table in use: the best the CPU supports, unless DPREC_ISA or set_isa chose another.
+const KernelTable& kernels();
+
+// Names of the tables this CPU can run, best first ("avx512", "avx2", "baseline").
+std::vector<std::string> available_isas();
+
+// Selects a table by name, or "auto" for the best. Throws std::invalid_argument for a
+// name this build or CPU does not offer.
+void set_isa(const std::string& name);
+
+}  // namespace dprec::cpu

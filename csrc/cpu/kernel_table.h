@@ -1,0 +1,33 @@
+// The per-ISA kernel entry points. Each ISA translation unit (kernels_baseline.cpp,
+// kernels_avx2.cpp, kernels_avx512.cpp) fills one table; dispatch.cpp picks one at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../common/philox.h"
+
+namespace dprec::cpu {
+
+struct KernelTable {
+    const char* name;
+    int lanes;  // Philox blocks per vector; llr_tile wants phi in this lane order
+    // Words of blocks [block0, block0 + nblocks) of stream `id`, in stream order.
+    void (*philox_words)(const StreamId& id, uint32_t block0, size_t nblocks, uint32_t* out);
+    // scale * normal for elements 4*block0 .. 4*(block0 + nblocks) - 1 of stream `id`.
+    void (*normals)(const StreamId& id, uint32_t block0, size_t nblocks, float scale, float* out);
+    // For candidates k_first .. k_first+nk-1 of (seed, group), over blocks
+    // [block0, block0 + nblocks), nblocks a multiple of `lanes`:
+    //   acc[k * lanes + l] += sum over the tile of z_k[i] * phi[i] (double),
+    // with phi_t holding the tile in lane order: phi_t[c*4L + j*L + l] = phi[c*4L + 4l + j].
+    void (*llr_tile)(uint64_t seed, uint32_t group, uint32_t k_first, uint32_t nk, uint32_t block0, size_t nblocks,
+                     const double* phi_t, double* acc);
+};
+
+const KernelTable* kernel_table_baseline();
+#if defined(DPREC_HAVE_X86_KERNELS)
+const KernelTable* kernel_table_avx2();
+const KernelTable* kernel_table_avx512();
+#endif
+
+}  // namespace dprec::cpu

@@ -1,0 +1,20 @@
+// The avx2 instantiation of kernels_generic.h. CMake compiles this file with avx2 flags;
+// dispatch.cpp calls it only when the CPU and the OS support avx2.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <immintrin.h>
+
+#include "kernel_table.h"
+#include "../common/normal_transform.h"
+#include "../common/philox.h"
+
+// System headers are included above, so the includes below only add project code.
+namespace {
+#include "simd_avx2.h"
+#include "kernels_generic.h"
+}  // namespace
+
+namespace dprec::cpu {
+const KernelTable* kernel_table_avx2() { return GenericKernels<SimdAvx2>::table(); }
+}  // namespace dprec::cpu

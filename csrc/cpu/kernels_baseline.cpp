@@ -1,0 +1,18 @@
+// The baseline instantiation of kernels_generic.h.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernel_table.h"
+#include "../common/normal_transform.h"
+#include "../common/philox.h"
+
+// System headers are included above, so the includes below only add project code.
+namespace {
+#include "simd_scalar.h"
+#include "kernels_generic.h"
+}  // namespace
+
+namespace dprec::cpu {
+const KernelTable* kernel_table_baseline() { return GenericKernels<SimdScalar>::table(); }
+}  // namespace dprec::cpu

@@ -1,0 +1,147 @@
+#include "parallel.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#endif
+
+namespace dprec::cpu {
+namespace {
+
+int default_threads() {
+    if (const char* env = std::getenv("DPREC_NUM_THREADS")) {
+        const int n = std::atoi(env);
+        if (n > 0) return n;
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+class Pool {
+  public:
+    explicit Pool(int n_threads) {
+        for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+    }
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        for (auto& t : workers_) t.join();
+    }
+    int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+    void run(size_t n_items, const std::function<void(size_t)>& body) {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            body_ = &body;
+            n_items_ = n_items;
+            next_.store(0);
+            active_ = static_cast<int>(workers_.size());
+            ++generation_;
+        }
+        wake_.notify_all();
+        drain(body, n_items);
+        std::unique_lock<std::mutex> lock(mutex_);
+        done_.wait(lock, [this] { return active_ == 0; });
+        body_ = nullptr;
+    }
+
+  private:
+    void drain(const std::function<void(size_t)>& body, size_t n_items) {
+        for (size_t i = next_.fetch_add(1); i < n_items; i = next_.fetch_add(1)) body(i);
+    }
+    void worker_loop() {
+        unsigned long seen = 0;
+        for (;;) {
+            const std::function<void(size_t)>* body;
+            size_t n_items;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+                if (stopping_) return;
+                seen = generation_;
+                body = body_;
+                n_items = n_items_;
+            }
+            drain(*body, n_items);
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                --active_;
+            }
+            done_.notify_one();
+        }
+    }
+
+    std::vector<std::thread> workers_;
+    std::mutex mutex_;
+    std::condition_variable wake_, done_;
+    const std::function<void(size_t)>* body_ = nullptr;
+    size_t n_items_ = 0;
+    std::atomic<size_t> next_{0};
+    int active_ = 0;
+    unsigned long generation_ = 0;
+    bool stopping_ = false;
+};
+
+std::mutex g_config_mutex;  // guards g_pool and g_threads
+std::mutex g_run_mutex;     // one parallel_for at a time on the pool
+std::unique_ptr<Pool> g_pool;
+int g_threads = 0;
+
+#if !defined(_WIN32)
+// A forked child has no worker threads: drop the pool without joining and rebuild lazily.
+void forget_pool_in_child() {
+    (void)g_pool.release();
+    new (&g_run_mutex) std::mutex();
+    new (&g_config_mutex) std::mutex();
+}
+#endif
+
+Pool* acquire_pool() {
+    std::lock_guard<std::mutex> lock(g_config_mutex);
+    if (g_threads <= 0) g_threads = default_threads();
+    if (!g_pool || g_pool->size() != g_threads) {
+#if !defined(_WIN32)
+        static bool registered = [] { return pthread_atfork(nullptr, nullptr, forget_pool_in_child) == 0; }();
+        (void)registered;
+#endif
+        g_pool.reset();
+        g_pool = std::make_unique<Pool>(g_threads);
+    }
+    return g_pool.get();
+}
+
+}  // namespace
+
+void set_num_threads(int n) {
+    std::lock_guard<std::mutex> run_lock(g_run_mutex);
+    std::lock_guard<std::mutex> lock(g_config_mutex);
+    g_threads = n > 0 ? n : default_threads();
+}
+
+int get_num_threads() {
+    std::lock_guard<std::mutex> lock(g_config_mutex);
+    if (g_threads <= 0) g_threads = default_threads();
+    return g_threads;
+}
+
+void parallel_for(size_t n_items, const std::function<void(size_t)>& body) {
+    if (n_items == 0) return;
+    std::unique_lock<std::mutex> run_lock(g_run_mutex, std::try_to_lock);
+    if (!run_lock.owns_lock() || n_items == 1 || get_num_threads() == 1) {
+        for (size_t i = 0; i < n_items; ++i) body(i);
+        return;
+    }
+    acquire_pool()->run(n_items, body);
+}
+
+}  // namespace dprec::cpu

@@ -1,0 +1,30 @@
+// CPU launchers for the Philox stream and DP-REC kernels: they split the work into a
+// fixed list of tiles (independent of the thread count), run it on the pool, and reduce
+// in a fixed order. Arguments are assumed validated by the binding layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../common/philox.h"
+
+namespace dprec::cpu {
+
+// Elements offset .. offset+count-1 of a stream as raw words / as scale * normals.
+void fill_words(const StreamId& id, uint64_t offset, uint64_t count, uint32_t* out);
+void fill_normals(const StreamId& id, uint64_t offset, uint64_t count, float scale, float* out);
+
+// out[k] = sum_i z_{group,k}[i] * phi[i] for k < n_candidates, accumulated in double.
+template <class T>
+void rec_dot_products(const T* phi, uint64_t d, uint64_t seed, uint32_t group, uint32_t n_candidates, double* out);
+
+// out[i] += coef[c] * z_{seed[c], group, index[c]}[i] for clients c in order, i < d.
+// In float32 each step is out + float(coef) * z; in float64 it is out + coef * double(z).
+template <class T>
+void rec_accumulate(T* out, uint64_t d, uint32_t group, const uint64_t* seeds, const uint32_t* indices,
+                    const double* coefs, size_t n_clients);
+
+// argmax_k (logits[k] + gumbel[k]); the first index on ties.
+int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n);
+
+}  // namespace dprec::cpu

@@ -1,0 +1,82 @@
+// AVX2 traits: 8 lanes. Include only from a translation unit built with AVX2 enabled.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+struct SimdAvx2 {
+    static constexpr int kLanes = 8;
+    static constexpr const char* kName = "avx2";
+    using U = __m256i;
+    using F = __m256;
+    using M = __m256i;  // all-ones / all-zeros lanes
+
+    struct Acc {
+        __m256d lo, hi;
+    };
+
+    static U set1(uint32_t v) { return _mm256_set1_epi32(int(v)); }
+    static U iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+    static U add(U a, U b) { return _mm256_add_epi32(a, b); }
+    static U sub(U a, U b) { return _mm256_sub_epi32(a, b); }
+    static U bxor(U a, U b) { return _mm256_xor_si256(a, b); }
+    static U band(U a, U b) { return _mm256_and_si256(a, b); }
+    template <int N> static U srl(U a) { return _mm256_srli_epi32(a, N); }
+    template <int N> static U sll(U a) { return _mm256_slli_epi32(a, N); }
+    static U sllv(U a, U n) { return _mm256_sllv_epi32(a, n); }
+    static U max_i32(U a, U b) { return _mm256_max_epi32(a, b); }
+    static M gt_i32(U a, U b) { return _mm256_cmpgt_epi32(a, b); }
+    static U select_u(M m, U a, U b) { return _mm256_blendv_epi8(b, a, m); }
+    static void mulhilo(U a, uint32_t m, U* hi, U* lo) {
+        const __m256i mv = _mm256_set1_epi32(int(m));
+        const __m256i even = _mm256_mul_epu32(a, mv);
+        const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), mv);
+        *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+        *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    }
+
+    static F set1f(float v) { return _mm256_set1_ps(v); }
+    static F cvt_i32(U a) { return _mm256_cvtepi32_ps(a); }
+    static F as_float(U a) { return _mm256_castsi256_ps(a); }
+    static U as_uint(F a) { return _mm256_castps_si256(a); }
+    static F addf(F a, F b) { return _mm256_add_ps(a, b); }
+    static F subf(F a, F b) { return _mm256_sub_ps(a, b); }
+    static F mulf(F a, F b) { return _mm256_mul_ps(a, b); }
+    static F divf(F a, F b) { return _mm256_div_ps(a, b); }
+    static F sqrtf(F a) { return _mm256_sqrt_ps(a); }
+    static M gtf(F a, F b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
+    static F select_f(M m, F a, F b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
+
+    // out[4 l + j] = z_j[l] for l < 8: a 4x4 transpose in each 128-bit half, then halves.
+    static void store4f(float* out, F z0, F z1, F z2, F z3) {
+        const __m256 t0 = _mm256_unpacklo_ps(z0, z1);  // z0[0] z1[0] z0[1] z1[1] | lanes 4,5
+        const __m256 t1 = _mm256_unpackhi_ps(z0, z1);  // z0[2] z1[2] z0[3] z1[3] | lanes 6,7
+        const __m256 t2 = _mm256_unpacklo_ps(z2, z3);
+        const __m256 t3 = _mm256_unpackhi_ps(z2, z3);
+        const __m256 r0 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));  // lane 0 | 4
+        const __m256 r1 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));  // lane 1 | 5
+        const __m256 r2 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));  // lane 2 | 6
+        const __m256 r3 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));  // lane 3 | 7
+        _mm256_storeu_ps(out + 0, _mm256_permute2f128_ps(r0, r1, 0x20));
+        _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(r2, r3, 0x20));
+        _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(r0, r1, 0x31));
+        _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(r2, r3, 0x31));
+    }
+    static void store4u(uint32_t* out, U w0, U w1, U w2, U w3) {
+        store4f(reinterpret_cast<float*>(out), as_float(w0), as_float(w1), as_float(w2), as_float(w3));
+    }
+
+    static Acc acc_load(const double* p) { return Acc{_mm256_loadu_pd(p), _mm256_loadu_pd(p + 4)}; }
+    static void acc_store(double* p, const Acc& a) {
+        _mm256_storeu_pd(p, a.lo);
+        _mm256_storeu_pd(p + 4, a.hi);
+    }
+    // acc += z * phi lane-wise in double (float products are exact in double).
+    static void dot_step(F z, const double* phi, Acc& acc) {
+        const __m256d zlo = _mm256_cvtps_pd(_mm256_castps256_ps128(z));
+        const __m256d zhi = _mm256_cvtps_pd(_mm256_extractf128_ps(z, 1));
+        acc.lo = _mm256_add_pd(acc.lo, _mm256_mul_pd(zlo, _mm256_loadu_pd(phi)));
+        acc.hi = _mm256_add_pd(acc.hi, _mm256_mul_pd(zhi, _mm256_loadu_pd(phi + 4)));
+    }
+};

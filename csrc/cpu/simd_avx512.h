@@ -1,0 +1,86 @@
+// AVX-512F traits: 16 lanes. Include only from a translation unit built with AVX-512F.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+struct SimdAvx512 {
+    static constexpr int kLanes = 16;
+    static constexpr const char* kName = "avx512";
+    using U = __m512i;
+    using F = __m512;
+    using M = __mmask16;
+
+    struct Acc {
+        __m512d lo, hi;
+    };
+
+    static U set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }
+    static U iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+    static U add(U a, U b) { return _mm512_add_epi32(a, b); }
+    static U sub(U a, U b) { return _mm512_sub_epi32(a, b); }
+    static U bxor(U a, U b) { return _mm512_xor_si512(a, b); }
+    static U band(U a, U b) { return _mm512_and_si512(a, b); }
+    template <int N> static U srl(U a) { return _mm512_srli_epi32(a, N); }
+    template <int N> static U sll(U a) { return _mm512_slli_epi32(a, N); }
+    static U sllv(U a, U n) { return _mm512_sllv_epi32(a, n); }
+    static U max_i32(U a, U b) { return _mm512_max_epi32(a, b); }
+    static M gt_i32(U a, U b) { return _mm512_cmpgt_epi32_mask(a, b); }
+    static U select_u(M m, U a, U b) { return _mm512_mask_blend_epi32(m, b, a); }
+    static void mulhilo(U a, uint32_t m, U* hi, U* lo) {
+        const __m512i mv = _mm512_set1_epi32(int(m));
+        const __m512i even = _mm512_mul_epu32(a, mv);
+        const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), mv);
+        *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+        *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+    }
+
+    static F set1f(float v) { return _mm512_set1_ps(v); }
+    static F cvt_i32(U a) { return _mm512_cvtepi32_ps(a); }
+    static F as_float(U a) { return _mm512_castsi512_ps(a); }
+    static U as_uint(F a) { return _mm512_castps_si512(a); }
+    static F addf(F a, F b) { return _mm512_add_ps(a, b); }
+    static F subf(F a, F b) { return _mm512_sub_ps(a, b); }
+    static F mulf(F a, F b) { return _mm512_mul_ps(a, b); }
+    static F divf(F a, F b) { return _mm512_div_ps(a, b); }
+    static F sqrtf(F a) { return _mm512_sqrt_ps(a); }
+    static M gtf(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+    static F select_f(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
+
+    // out[4 l + j] = z_j[l] for l < 16: 4x4 transposes per 128-bit lane, then lanes.
+    static void store4f(float* out, F z0, F z1, F z2, F z3) {
+        const __m512 t0 = _mm512_unpacklo_ps(z0, z1);
+        const __m512 t1 = _mm512_unpackhi_ps(z0, z1);
+        const __m512 t2 = _mm512_unpacklo_ps(z2, z3);
+        const __m512 t3 = _mm512_unpackhi_ps(z2, z3);
+        // r_i holds blocks (i, 4+i, 8+i, 12+i), one per 128-bit lane.
+        const __m512 r0 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+        const __m512 r1 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+        const __m512 r2 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+        const __m512 r3 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+        const __m512 a_lo = _mm512_shuffle_f32x4(r0, r1, 0x44);  // b0 b4 b1 b5
+        const __m512 b_lo = _mm512_shuffle_f32x4(r2, r3, 0x44);  // b2 b6 b3 b7
+        const __m512 a_hi = _mm512_shuffle_f32x4(r0, r1, 0xEE);  // b8 b12 b9 b13
+        const __m512 b_hi = _mm512_shuffle_f32x4(r2, r3, 0xEE);  // b10 b14 b11 b15
+        _mm512_storeu_ps(out + 0, _mm512_shuffle_f32x4(a_lo, b_lo, 0x88));
+        _mm512_storeu_ps(out + 16, _mm512_shuffle_f32x4(a_lo, b_lo, 0xDD));
+        _mm512_storeu_ps(out + 32, _mm512_shuffle_f32x4(a_hi, b_hi, 0x88));
+        _mm512_storeu_ps(out + 48, _mm512_shuffle_f32x4(a_hi, b_hi, 0xDD));
+    }
+    static void store4u(uint32_t* out, U w0, U w1, U w2, U w3) {
+        store4f(reinterpret_cast<float*>(out), as_float(w0), as_float(w1), as_float(w2), as_float(w3));
+    }
+
+    static Acc acc_load(const double* p) { return Acc{_mm512_loadu_pd(p), _mm512_loadu_pd(p + 8)}; }
+    static void acc_store(double* p, const Acc& a) {
+        _mm512_storeu_pd(p, a.lo);
+        _mm512_storeu_pd(p + 8, a.hi);
+    }
+    static void dot_step(F z, const double* phi, Acc& acc) {
+        const __m512d zlo = _mm512_cvtps_pd(_mm512_castps512_ps256(z));
+        const __m512d zhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+        acc.lo = _mm512_add_pd(acc.lo, _mm512_mul_pd(zlo, _mm512_loadu_pd(phi)));
+        acc.hi = _mm512_add_pd(acc.hi, _mm512_mul_pd(zhi, _mm512_loadu_pd(phi + 8)));
+    }
+};

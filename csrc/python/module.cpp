@@ -1,0 +1,17 @@
+// dprec._core: the private CPU extension. This file only registers the areas.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+namespace dprec::bind {
+void bind_runtime(py::module_& m);
+void bind_philox(py::module_& m);
+void bind_rec(py::module_& m);
+}  // namespace dprec::bind
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "dprec native CPU kernels (private; use the dprec Python API).";
+    dprec::bind::bind_runtime(m);
+    dprec::bind::bind_philox(m);
+    dprec::bind::bind_rec(m);
+}

@@ -1,0 +1,1 @@
+"""dprec: private, communication-efficient federated learning."""
