@@ -1,0 +1,128 @@
+"""Input conversion and validation shared by the public API (SPEC §7).
+
+Every public function funnels its arguments through these helpers, so the rules are
+the same everywhere:
+
+* float16 and bfloat16 are converted to float32; float32 and float64 are kept;
+  integers, booleans and complex numbers are rejected with TypeError.
+* NaN and infinity are rejected with ValueError naming the argument.
+* Empty arrays are rejected; so are sizes beyond the Philox counter layout.
+* Non-contiguous arrays are copied (never rejected).
+* PyTorch tensors are accepted on the CPU (imported lazily; torch is optional).
+  Tensors on another device raise ValueError until the CUDA backend exists.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import secrets
+from typing import Any
+
+import numpy as np
+
+from .constants import MAX_BITS, MAX_STREAM_ELEMENTS, MIN_BITS
+
+_UINT32_MAX = 0xFFFFFFFF
+_UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True for a torch.Tensor, without importing torch."""
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach")
+
+
+def to_numpy(x: Any, name: str) -> np.ndarray:
+    """A NumPy view or copy of an array-like; torch tensors must be on the CPU."""
+    if is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise ValueError(
+                f"{name} is on device '{x.device}', but only CPU tensors are supported in this "
+                "version (the CUDA backend is not available)"
+            )
+        import torch  # noqa: PLC0415 - torch is optional and imported lazily
+
+        t = x.detach()
+        if t.dtype in (torch.float16, torch.bfloat16):
+            t = t.to(torch.float32)
+        return t.resolve_conj().resolve_neg().numpy()
+    if hasattr(x, "__cuda_array_interface__"):
+        raise ValueError(f"{name} is a GPU array, but the CUDA backend is not available in this version")
+    return np.asarray(x)
+
+
+def float_array(x: Any, name: str, *, allow_float64: bool = True, check_finite: bool = True) -> np.ndarray:
+    """A C-contiguous, non-empty, finite float32 (or float64) NumPy array."""
+    a = to_numpy(x, name)
+    if a.dtype == np.float16 or a.dtype.name == "bfloat16":
+        a = a.astype(np.float32)
+    elif a.dtype.kind != "f":
+        kind = {"b": "boolean", "i": "integer", "u": "integer", "c": "complex"}.get(a.dtype.kind, str(a.dtype))
+        raise TypeError(f"{name} must be a floating-point array (float16, bfloat16, float32 or float64), got {kind} dtype {a.dtype}")
+    elif a.dtype not in (np.float32, np.float64) or (a.dtype == np.float64 and not allow_float64):
+        a = a.astype(np.float32)
+    if a.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if check_finite and not np.isfinite(a).all():
+        bad = "NaN" if np.isnan(a).any() else "infinite"
+        raise ValueError(f"{name} contains {bad} values")
+    return np.ascontiguousarray(a)
+
+
+def check_size(n: int, name: str) -> int:
+    """A vector length that fits one Philox stream (1 .. 2**34)."""
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1, got {n}")
+    if n > MAX_STREAM_ELEMENTS:
+        raise ValueError(f"{name} must be at most 2**34 (the Philox counter layout), got {n}")
+    return int(n)
+
+
+def check_int(value: Any, name: str, low: int, high: int) -> int:
+    """An integer in [low, high] (bool and float are rejected)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    v = int(value)
+    if not low <= v <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {v}")
+    return v
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    return check_int(seed, name, 0, _UINT64_MAX)
+
+
+def check_u32(value: Any, name: str) -> int:
+    return check_int(value, name, 0, _UINT32_MAX)
+
+
+def check_bits(bits: Any, name: str = "bits") -> int:
+    return check_int(bits, name, MIN_BITS, MAX_BITS)
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite real number > 0."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v) or v <= 0.0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return v
+
+
+def check_index(index: Any, bits: int, name: str = "index") -> int:
+    return check_int(index, name, 0, (1 << bits) - 1)
+
+
+def os_seed() -> int:
+    """A fresh 64-bit seed from the operating system's entropy source."""
+    return secrets.randbits(64)
+
+
+def private_rng(rng: np.random.Generator | None) -> np.random.Generator:
+    """The caller's Generator, or a fresh one seeded from OS entropy (never a shared seed)."""
+    if rng is None:
+        return np.random.default_rng(secrets.randbits(128))
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+    return rng
