@@ -1,1 +1,45 @@
-"""dprec: private, communication-efficient federated learning."""
+"""dprec: private, communication-efficient federated learning.
+
+DP-REC (Triastcyn, Reisser and Louizos) compresses a clipped model update to a 64-bit
+seed plus ``b`` bits per tensor under a differential-privacy guarantee. The hot kernels
+are native C++ (SIMD, multi-threaded); every kernel also has a pure-NumPy reference in
+:mod:`dprec.reference`, selectable with ``backend="reference"``.
+
+Modules
+-------
+dprec.codec
+    :class:`DPRECCodec` and :class:`DPRECMessage`: whole-model encode, decode, aggregate.
+dprec.rec
+    Per-group kernels: candidates, log-likelihood ratios, Gumbel-max, aggregation.
+dprec.philox
+    The shared Philox4x32-10 stream and its normal transform (the randomness contract).
+dprec.runtime
+    Threads and SIMD instruction-set selection.
+"""
+
+from __future__ import annotations
+
+from . import philox, rec, runtime
+from ._backend import available_backends
+from .constants import NORMAL_TRANSFORM_VERSION
+from .runtime import get_num_threads, set_num_threads
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NORMAL_TRANSFORM_VERSION",
+    "available_backends",
+    "get_num_threads",
+    "philox",
+    "rec",
+    "runtime",
+    "set_num_threads",
+    "__version__",
+]
+
+try:  # the codec is optional while it is being assembled in this tree
+    from .codec import DPRECCodec, DPRECMessage
+except ImportError:  # pragma: no cover
+    pass
+else:
+    __all__ += ["DPRECCodec", "DPRECMessage"]

@@ -166,6 +166,18 @@ def encode_group(
     return sample_index(lg, rng=rng, backend=backend)
 
 
+def _int_list(values: Any, name: str) -> list:
+    """A flat list of Python scalars, without NumPy's float coercion of big integers."""
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
+        return values.tolist()
+    try:
+        return list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of integers, got {type(values).__name__}") from None
+
+
 def accumulate(
     out: np.ndarray,
     group: int,
@@ -198,15 +210,15 @@ def accumulate(
         raise ValueError("out must be a 1-D, C-contiguous, writeable array")
     check_size(out.size, "out.size")
     group = check_u32(group, "group")
-    seeds_a = np.asarray(seeds)
-    if seeds_a.ndim != 1 or seeds_a.size == 0:
-        raise ValueError("seeds must be a non-empty 1-D sequence")
-    n = seeds_a.size
-    seeds_u = np.array([check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds_a.tolist())], dtype=np.uint64)
-    idx = np.asarray(indices)
-    if idx.shape != (n,):
-        raise ValueError(f"indices must have shape ({n},), got {idx.shape}")
-    idx_u = np.array([check_index(k, 24, f"indices[{i}]") for i, k in enumerate(idx.tolist())], dtype=np.uint32)
+    seeds_list = _int_list(seeds, "seeds")
+    n = len(seeds_list)
+    if n == 0:
+        raise ValueError("seeds must not be empty")
+    seeds_u = np.array([check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds_list)], dtype=np.uint64)
+    idx_list = _int_list(indices, "indices")
+    if len(idx_list) != n:
+        raise ValueError(f"indices must have length {n} (one per seed), got {len(idx_list)}")
+    idx_u = np.array([check_index(k, 24, f"indices[{i}]") for i, k in enumerate(idx_list)], dtype=np.uint32)
     sig = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (n,))
     if not (np.isfinite(sig).all() and (sig > 0).all()):
         raise ValueError("sigma must be finite and > 0")

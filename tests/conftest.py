@@ -1,0 +1,37 @@
+"""Shared fixtures: tests follow the hardware, parametrized over what this machine has."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dprec
+from dprec import _backend
+
+BACKENDS = _backend.available_backends()
+NATIVE = _backend.native_available()
+ISAS = dprec.runtime.available_isas() if NATIVE else []
+
+requires_native = pytest.mark.skipif(not NATIVE, reason="the native CPU module is not built")
+
+
+@pytest.fixture(params=ISAS or [None], ids=lambda isa: isa or "no-native")
+def isa(request):
+    """Each SIMD instruction set this CPU supports, restored to 'auto' afterwards."""
+    if request.param is None:
+        pytest.skip("the native CPU module is not built")
+    dprec.runtime.set_isa(request.param)
+    yield request.param
+    dprec.runtime.set_isa("auto")
+
+
+@pytest.fixture
+def threads():
+    """Restores the default thread count after a test that changes it."""
+    yield dprec.runtime.set_num_threads
+    dprec.runtime.set_num_threads(0)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261121)
