@@ -27,18 +27,16 @@ constexpr float kLogP0 = 0x1.555556p-1f;
 constexpr float kLogP1 = 0x1.99999ap-2f;
 constexpr float kLogP2 = 0x1.24924ap-2f;
 constexpr float kLogP3 = 0x1.c71c72p-3f;
-// sin(pi x / 2) = x (S0 + S1 x^2 + ... + S4 x^8), Taylor, |x| <= 1/2.
+// sin(pi x / 2) = x (S0 + S1 x^2 + S2 x^4 + S3 x^6), |x| <= 1/2: near-minimax fit.
 constexpr float kSin0 = 0x1.921fb6p+0f;
-constexpr float kSin1 = -0x1.4abbcep-1f;
-constexpr float kSin2 = 0x1.466bc6p-4f;
-constexpr float kSin3 = -0x1.32d2ccp-8f;
-constexpr float kSin4 = 0x1.507834p-13f;
-// cos(pi x / 2) = 1 + x^2 (C1 + C2 x^2 + ... + C5 x^8), Taylor, |x| <= 1/2.
+constexpr float kSin1 = -0x1.4abbbap-1f;
+constexpr float kSin2 = 0x1.465ec4p-4f;
+constexpr float kSin3 = -0x1.2d9b7cp-8f;
+// cos(pi x / 2) = 1 + x^2 (C1 + C2 x^2 + C3 x^4 + C4 x^6), |x| <= 1/2: near-minimax fit.
 constexpr float kCos1 = -0x1.3bd3ccp+0f;
-constexpr float kCos2 = 0x1.03c1f0p-2f;
-constexpr float kCos3 = -0x1.55d3c8p-6f;
-constexpr float kCos4 = 0x1.e1f506p-11f;
-constexpr float kCos5 = -0x1.a6d1f2p-16f;
+constexpr float kCos2 = 0x1.03c1eap-2f;
+constexpr float kCos3 = -0x1.55cb9ap-6f;
+constexpr float kCos4 = 0x1.db6558p-11f;
 }  // namespace nt
 
 DPREC_INLINE float nt_bits_to_float(uint32_t bits) {
@@ -62,12 +60,11 @@ DPREC_INLINE float nt_neg2_log_uniform(uint32_t w) {
     const int32_t n = 2 * a + 1;
     int32_t e = static_cast<int32_t>(nt_float_to_bits(static_cast<float>(a)) >> 23) - 126;
     e = e > 0 ? e : 0;
-    int32_t d = n - (int32_t(1) << e);
+    const int32_t d = n - (int32_t(1) << e);
     float f = static_cast<float>(d) * nt_pow2_neg(e);
-    if (f > nt::kSqrt2Minus1) {
-        d -= int32_t(1) << e;
+    if (f > nt::kSqrt2Minus1) {  // next power of two: (f - 1) / 2 is exact (Sterbenz)
+        f = (f - 1.0f) * 0.5f;
         e += 1;
-        f = static_cast<float>(d) * nt_pow2_neg(e);
     }
     const float s = f / (2.0f + f);
     const float z = s * s;
@@ -89,9 +86,8 @@ DPREC_INLINE void nt_cos_sin_turn(uint32_t w, float* cos_out, float* sin_out) {
     quadrant = (quadrant + upper) & 3;
     const float x = static_cast<float>(y) * 0x1p-23f;
     const float x2 = x * x;
-    const float sin_x = x * (nt::kSin0 + x2 * (nt::kSin1 + x2 * (nt::kSin2 + x2 * (nt::kSin3 + x2 * nt::kSin4))));
-    const float cos_x =
-        1.0f + x2 * (nt::kCos1 + x2 * (nt::kCos2 + x2 * (nt::kCos3 + x2 * (nt::kCos4 + x2 * nt::kCos5))));
+    const float sin_x = x * (nt::kSin0 + x2 * (nt::kSin1 + x2 * (nt::kSin2 + x2 * nt::kSin3)));
+    const float cos_x = 1.0f + x2 * (nt::kCos1 + x2 * (nt::kCos2 + x2 * (nt::kCos3 + x2 * nt::kCos4)));
     float c = (quadrant & 1) ? sin_x : cos_x;
     float s = (quadrant & 1) ? cos_x : sin_x;
     // Negation by flipping the sign bit, exactly as the SIMD path does it.

@@ -16,6 +16,10 @@ struct GenericKernels {
     // Philox4x32-10 of blocks block0 .. block0 + L - 1. Counter words 1..3 are the same in
     // every lane, so the first round's second product is a scalar.
     static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed, U w[4]) {
+        if constexpr (S::kHasPhilox) {
+            S::philox(block0, substream, group, domain, seed, w);
+            return;
+        }
         uint32_t k0 = static_cast<uint32_t>(seed);
         uint32_t k1 = static_cast<uint32_t>(seed >> 32);
         const U c0 = S::add(S::set1(block0), S::iota());
@@ -51,13 +55,12 @@ struct GenericKernels {
         const U a = S::template srl<8>(w);
         const U n = S::add(S::add(a, a), one);
         U e = S::max_i32(S::sub(S::template srl<23>(S::as_uint(S::cvt_i32(a))), S::set1(126)), S::set1(0));
-        const U p = S::sllv(one, e);
-        U d = S::sub(n, p);
+        const U d = S::sub(n, S::sllv(one, e));
         F f = S::mulf(S::cvt_i32(d), pow2_neg(e));
+        // Next power of two above sqrt(2) - 1: (f - 1) / 2 is exact (Sterbenz).
         const M big = S::gtf(f, S::set1f(nt::kSqrt2Minus1));
-        d = S::select_u(big, S::sub(d, p), d);
-        e = S::select_u(big, S::add(e, one), e);
-        f = S::mulf(S::cvt_i32(d), pow2_neg(e));
+        f = S::select_f(big, S::mulf(S::subf(f, S::set1f(1.0f)), S::set1f(0.5f)), f);
+        e = S::add_masked(big, e, one);
         const F s = S::divf(f, S::addf(S::set1f(2.0f), f));
         const F z = S::mulf(s, s);
         F poly = S::addf(S::set1f(nt::kLogP2), S::mulf(z, S::set1f(nt::kLogP3)));
@@ -79,17 +82,15 @@ struct GenericKernels {
         U quadrant = S::template srl<23>(m);
         const U rem = S::band(m, S::set1((1u << 23) - 1));
         const M upper = S::gt_i32(rem, S::set1(1u << 22));
-        const U y = S::select_u(upper, S::sub(rem, S::set1(1u << 23)), rem);
-        quadrant = S::band(S::add(quadrant, S::select_u(upper, one, S::set1(0))), S::set1(3));
+        const U y = S::sub_masked(upper, rem, S::set1(1u << 23));
+        quadrant = S::band(S::add_masked(upper, quadrant, one), S::set1(3));
         const F x = S::mulf(S::cvt_i32(y), S::set1f(0x1p-23f));
         const F x2 = S::mulf(x, x);
-        F ps = S::addf(S::set1f(nt::kSin3), S::mulf(x2, S::set1f(nt::kSin4)));
-        ps = S::addf(S::set1f(nt::kSin2), S::mulf(x2, ps));
+        F ps = S::addf(S::set1f(nt::kSin2), S::mulf(x2, S::set1f(nt::kSin3)));
         ps = S::addf(S::set1f(nt::kSin1), S::mulf(x2, ps));
         ps = S::addf(S::set1f(nt::kSin0), S::mulf(x2, ps));
         const F sin_x = S::mulf(x, ps);
-        F pc = S::addf(S::set1f(nt::kCos4), S::mulf(x2, S::set1f(nt::kCos5)));
-        pc = S::addf(S::set1f(nt::kCos3), S::mulf(x2, pc));
+        F pc = S::addf(S::set1f(nt::kCos3), S::mulf(x2, S::set1f(nt::kCos4)));
         pc = S::addf(S::set1f(nt::kCos2), S::mulf(x2, pc));
         pc = S::addf(S::set1f(nt::kCos1), S::mulf(x2, pc));
         const F cos_x = S::addf(S::set1f(1.0f), S::mulf(x2, pc));

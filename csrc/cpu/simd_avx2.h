@@ -6,6 +6,7 @@
 #include <cstdint>
 
 struct SimdAvx2 {
+    static constexpr bool kHasPhilox = false;  // the generic 32-bit-lane Philox serves
     static constexpr int kLanes = 8;
     static constexpr const char* kName = "avx2";
     using U = __m256i;
@@ -28,6 +29,9 @@ struct SimdAvx2 {
     static U max_i32(U a, U b) { return _mm256_max_epi32(a, b); }
     static M gt_i32(U a, U b) { return _mm256_cmpgt_epi32(a, b); }
     static U select_u(M m, U a, U b) { return _mm256_blendv_epi8(b, a, m); }
+    // m ? a + b : a and m ? a - b : a, lane-wise.
+    static U add_masked(M m, U a, U b) { return _mm256_add_epi32(a, _mm256_and_si256(m, b)); }
+    static U sub_masked(M m, U a, U b) { return _mm256_sub_epi32(a, _mm256_and_si256(m, b)); }
     static void mulhilo(U a, uint32_t m, U* hi, U* lo) {
         const __m256i mv = _mm256_set1_epi32(int(m));
         const __m256i even = _mm256_mul_epu32(a, mv);

@@ -16,6 +16,52 @@ struct SimdAvx512 {
         __m512d lo, hi;
     };
 
+    static constexpr bool kHasPhilox = true;
+    // Philox4x32-10 of blocks block0 .. block0 + 15 with each counter word in a 64-bit
+    // lane: vpmuludq then gives the whole product, so a round is two multiplies, two
+    // shifts and two three-way XORs per 8 blocks. Upper halves of lanes hold garbage
+    // that vpmuludq ignores; the final pack keeps the low halves.
+    static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed, U w[4]) {
+        uint32_t k0 = static_cast<uint32_t>(seed);
+        uint32_t k1 = static_cast<uint32_t>(seed >> 32);
+        const __m512i m0 = _mm512_set1_epi64(dprec::kPhiloxM0);
+        const __m512i m1 = _mm512_set1_epi64(dprec::kPhiloxM1);
+        const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m512i c0a = _mm512_add_epi64(_mm512_set1_epi64(block0), lane);
+        const __m512i c0b = _mm512_add_epi64(c0a, _mm512_set1_epi64(8));
+        // Round 1: counter words 1..3 are lane-uniform, so their product is a scalar.
+        const uint64_t p1 = static_cast<uint64_t>(dprec::kPhiloxM1) * group;
+        const __m512i p0a = _mm512_mul_epu32(c0a, m0);
+        const __m512i p0b = _mm512_mul_epu32(c0b, m0);
+        const __m512i dk1 = _mm512_set1_epi64(domain ^ k1);
+        __m512i a0 = _mm512_set1_epi64(static_cast<uint32_t>(p1 >> 32) ^ substream ^ k0), b0 = a0;
+        __m512i a1 = _mm512_set1_epi64(static_cast<uint32_t>(p1)), b1 = a1;
+        __m512i a2 = _mm512_xor_si512(_mm512_srli_epi64(p0a, 32), dk1);
+        __m512i b2 = _mm512_xor_si512(_mm512_srli_epi64(p0b, 32), dk1);
+        __m512i a3 = p0a, b3 = p0b;
+        for (int round = 1; round < dprec::kPhiloxRounds; ++round) {
+            k0 += dprec::kPhiloxW0;
+            k1 += dprec::kPhiloxW1;
+            const __m512i vk0 = _mm512_set1_epi64(k0);
+            const __m512i vk1 = _mm512_set1_epi64(k1);
+            const __m512i qa0 = _mm512_mul_epu32(a0, m0), qa1 = _mm512_mul_epu32(a2, m1);
+            const __m512i qb0 = _mm512_mul_epu32(b0, m0), qb1 = _mm512_mul_epu32(b2, m1);
+            a0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qa1, 32), a1, vk0, 0x96);
+            b0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qb1, 32), b1, vk0, 0x96);
+            a2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qa0, 32), a3, vk1, 0x96);
+            b2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qb0, 32), b3, vk1, 0x96);
+            a1 = qa1;
+            b1 = qb1;
+            a3 = qa0;
+            b3 = qb0;
+        }
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        w[0] = _mm512_permutex2var_epi32(a0, even, b0);
+        w[1] = _mm512_permutex2var_epi32(a1, even, b1);
+        w[2] = _mm512_permutex2var_epi32(a2, even, b2);
+        w[3] = _mm512_permutex2var_epi32(a3, even, b3);
+    }
+
     static U set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }
     static U iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
     static U add(U a, U b) { return _mm512_add_epi32(a, b); }
@@ -28,6 +74,9 @@ struct SimdAvx512 {
     static U max_i32(U a, U b) { return _mm512_max_epi32(a, b); }
     static M gt_i32(U a, U b) { return _mm512_cmpgt_epi32_mask(a, b); }
     static U select_u(M m, U a, U b) { return _mm512_mask_blend_epi32(m, b, a); }
+    // m ? a + b : a and m ? a - b : a, lane-wise.
+    static U add_masked(M m, U a, U b) { return _mm512_mask_add_epi32(a, m, a, b); }
+    static U sub_masked(M m, U a, U b) { return _mm512_mask_sub_epi32(a, m, a, b); }
     static void mulhilo(U a, uint32_t m, U* hi, U* lo) {
         const __m512i mv = _mm512_set1_epi32(int(m));
         const __m512i even = _mm512_mul_epu32(a, mv);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 struct SimdScalar {
+    static constexpr bool kHasPhilox = false;  // the generic 32-bit-lane Philox serves
     static constexpr int kLanes = 1;
     static constexpr const char* kName = "baseline";
     using U = uint32_t;  // lanes of uint32 (also used as int32)
@@ -23,6 +24,9 @@ struct SimdScalar {
     static U max_i32(U a, U b) { return int32_t(a) > int32_t(b) ? a : b; }
     static M gt_i32(U a, U b) { return int32_t(a) > int32_t(b); }
     static U select_u(M m, U a, U b) { return m ? a : b; }
+    // m ? a + b : a and m ? a - b : a, lane-wise.
+    static U add_masked(M m, U a, U b) { return m ? a + b : a; }
+    static U sub_masked(M m, U a, U b) { return m ? a - b : a; }
     static void mulhilo(U a, uint32_t m, U* hi, U* lo) {
         const uint64_t p = uint64_t(a) * m;
         *hi = uint32_t(p >> 32);
