@@ -21,12 +21,16 @@ from __future__ import annotations
 
 from . import philox, rec, runtime
 from ._backend import available_backends
+from .codec import DPRECCodec, DPRECMessage, Layout
 from .constants import NORMAL_TRANSFORM_VERSION
 from .runtime import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DPRECCodec",
+    "DPRECMessage",
+    "Layout",
     "NORMAL_TRANSFORM_VERSION",
     "available_backends",
     "get_num_threads",
@@ -37,9 +41,3 @@ __all__ = [
     "__version__",
 ]
 
-try:  # the codec is optional while it is being assembled in this tree
-    from .codec import DPRECCodec, DPRECMessage
-except ImportError:  # pragma: no cover
-    pass
-else:
-    __all__ += ["DPRECCodec", "DPRECMessage"]
