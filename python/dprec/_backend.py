@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+_native: ModuleType | None
 try:  # the compiled module is optional at import time so that errors are reported clearly
     from . import _core as _native
     _NATIVE_ERROR = ""

@@ -123,7 +123,7 @@ from ._validation import (
     os_seed,
     private_rng,
 )
-from .constants import MAX_BITS, MAX_STREAM_ELEMENTS, MIN_BITS, NORMAL_TRANSFORM_VERSION
+from .constants import DEFAULT_BITS, MAX_BITS, MAX_STREAM_ELEMENTS, MIN_BITS, NORMAL_TRANSFORM_VERSION
 
 __all__ = [
     "DPRECCodec",
@@ -136,8 +136,6 @@ __all__ = [
     "FLAG_UNIFORM_BITS",
 ]
 
-#: Bits of a group whose tensor is not named in a ``bits`` mapping.
-DEFAULT_BITS = 7
 #: First bytes of every serialized message.
 MAGIC = b"DPRC"
 #: Version of the byte format written by :meth:`DPRECMessage.to_bytes`.

@@ -15,6 +15,8 @@ DOMAIN_NOISE = 5
 #: Bits per DP-REC group: K = 2**bits candidates.
 MIN_BITS = 1
 MAX_BITS = 24
+#: Bits per group when the caller does not say (K = 128 candidates, as in the paper).
+DEFAULT_BITS = 7
 
 #: Elements addressable in one stream: 2**32 blocks of four words.
 MAX_STREAM_ELEMENTS = 1 << 34
