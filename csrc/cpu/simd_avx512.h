@@ -6,6 +6,7 @@
 #include <cstdint>
 
 struct SimdAvx512 {
+    static constexpr int kUnroll = 2;  // vectors interleaved per step (kernels_generic.h)
     static constexpr int kLanes = 16;
     static constexpr const char* kName = "avx512";
     using U = __m512i;
@@ -16,50 +17,58 @@ struct SimdAvx512 {
         __m512d lo, hi;
     };
 
+    // The high half of each 64-bit lane moved to its low half. A shuffle (port 5) rather
+    // than a shift (port 0, which the multiplies already load) keeps both ports busy.
+    static __m512i high_to_low(__m512i v) { return _mm512_shuffle_epi32(v, _MM_PERM_CDAB); }
+
     static constexpr bool kHasPhilox = true;
-    // Philox4x32-10 of blocks block0 .. block0 + 15 with each counter word in a 64-bit
+    // Philox4x32-10 of blocks block0 .. block0 + 16 N - 1 with each counter word in a 64-bit
     // lane: vpmuludq then gives the whole product, so a round is two multiplies, two
     // shifts and two three-way XORs per 8 blocks. Upper halves of lanes hold garbage
     // that vpmuludq ignores; the final pack keeps the low halves.
-    static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed, U w[4]) {
+    template <int N>
+    static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed,
+                       U (&w)[N][4]) {
+        constexpr int H = 2 * N;  // halves of 8 blocks
         uint32_t k0 = static_cast<uint32_t>(seed);
         uint32_t k1 = static_cast<uint32_t>(seed >> 32);
         const __m512i m0 = _mm512_set1_epi64(dprec::kPhiloxM0);
         const __m512i m1 = _mm512_set1_epi64(dprec::kPhiloxM1);
         const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m512i c0a = _mm512_add_epi64(_mm512_set1_epi64(block0), lane);
-        const __m512i c0b = _mm512_add_epi64(c0a, _mm512_set1_epi64(8));
         // Round 1: counter words 1..3 are lane-uniform, so their product is a scalar.
         const uint64_t p1 = static_cast<uint64_t>(dprec::kPhiloxM1) * group;
-        const __m512i p0a = _mm512_mul_epu32(c0a, m0);
-        const __m512i p0b = _mm512_mul_epu32(c0b, m0);
         const __m512i dk1 = _mm512_set1_epi64(domain ^ k1);
-        __m512i a0 = _mm512_set1_epi64(static_cast<uint32_t>(p1 >> 32) ^ substream ^ k0), b0 = a0;
-        __m512i a1 = _mm512_set1_epi64(static_cast<uint32_t>(p1)), b1 = a1;
-        __m512i a2 = _mm512_xor_si512(_mm512_srli_epi64(p0a, 32), dk1);
-        __m512i b2 = _mm512_xor_si512(_mm512_srli_epi64(p0b, 32), dk1);
-        __m512i a3 = p0a, b3 = p0b;
+        const __m512i x0_init = _mm512_set1_epi64(static_cast<uint32_t>(p1 >> 32) ^ substream ^ k0);
+        const __m512i x1_init = _mm512_set1_epi64(static_cast<uint32_t>(p1));
+        __m512i x[H][4];
+        for (int h = 0; h < H; ++h) {
+            const __m512i c0 = _mm512_add_epi64(_mm512_set1_epi64(block0 + 8u * h), lane);
+            const __m512i p0 = _mm512_mul_epu32(c0, m0);
+            x[h][0] = x0_init;
+            x[h][1] = x1_init;
+            x[h][2] = _mm512_xor_si512(high_to_low(p0), dk1);
+            x[h][3] = p0;
+        }
         for (int round = 1; round < dprec::kPhiloxRounds; ++round) {
             k0 += dprec::kPhiloxW0;
             k1 += dprec::kPhiloxW1;
             const __m512i vk0 = _mm512_set1_epi64(k0);
             const __m512i vk1 = _mm512_set1_epi64(k1);
-            const __m512i qa0 = _mm512_mul_epu32(a0, m0), qa1 = _mm512_mul_epu32(a2, m1);
-            const __m512i qb0 = _mm512_mul_epu32(b0, m0), qb1 = _mm512_mul_epu32(b2, m1);
-            a0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qa1, 32), a1, vk0, 0x96);
-            b0 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qb1, 32), b1, vk0, 0x96);
-            a2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qa0, 32), a3, vk1, 0x96);
-            b2 = _mm512_ternarylogic_epi64(_mm512_srli_epi64(qb0, 32), b3, vk1, 0x96);
-            a1 = qa1;
-            b1 = qb1;
-            a3 = qa0;
-            b3 = qb0;
+            __m512i q0[H], q1[H];
+            for (int h = 0; h < H; ++h) {
+                q0[h] = _mm512_mul_epu32(x[h][0], m0);
+                q1[h] = _mm512_mul_epu32(x[h][2], m1);
+            }
+            for (int h = 0; h < H; ++h) {
+                x[h][0] = _mm512_ternarylogic_epi64(high_to_low(q1[h]), x[h][1], vk0, 0x96);
+                x[h][2] = _mm512_ternarylogic_epi64(high_to_low(q0[h]), x[h][3], vk1, 0x96);
+                x[h][1] = q1[h];
+                x[h][3] = q0[h];
+            }
         }
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        w[0] = _mm512_permutex2var_epi32(a0, even, b0);
-        w[1] = _mm512_permutex2var_epi32(a1, even, b1);
-        w[2] = _mm512_permutex2var_epi32(a2, even, b2);
-        w[3] = _mm512_permutex2var_epi32(a3, even, b3);
+        for (int v = 0; v < N; ++v)
+            for (int j = 0; j < 4; ++j) w[v][j] = _mm512_permutex2var_epi32(x[2 * v][j], even, x[2 * v + 1][j]);
     }
 
     static U set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }

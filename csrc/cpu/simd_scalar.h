@@ -6,6 +6,7 @@
 
 struct SimdScalar {
     static constexpr bool kHasPhilox = false;  // the generic 32-bit-lane Philox serves
+    static constexpr int kUnroll = 1;  // vectors interleaved per step (kernels_generic.h)
     static constexpr int kLanes = 1;
     static constexpr const char* kName = "baseline";
     using U = uint32_t;  // lanes of uint32 (also used as int32)
