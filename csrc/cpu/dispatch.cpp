@@ -4,8 +4,30 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#if defined(DPREC_HAVE_X86_KERNELS) && defined(_MSC_VER) && !defined(__clang__)
+#include <immintrin.h>
+#include <intrin.h>
+#endif
+
 namespace dprec::cpu {
 namespace {
+
+#if defined(DPREC_HAVE_X86_KERNELS) && defined(_MSC_VER) && !defined(__clang__)
+// CPUID feature bits, and XGETBV to check that the OS saves the YMM / ZMM state.
+bool msvc_cpu_supports(bool avx512) {
+    int r[4];
+    __cpuid(r, 0);
+    if (r[0] < 7) return false;
+    __cpuid(r, 1);
+    const bool osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
+    if (!osxsave || !avx) return false;
+    const unsigned long long xcr0 = _xgetbv(0);
+    if ((xcr0 & 0x6) != 0x6) return false;
+    __cpuidex(r, 7, 0);
+    if (!avx512) return (r[1] >> 5) & 1;  // AVX2
+    return ((r[1] >> 16) & 1) && (xcr0 & 0xE6) == 0xE6;  // AVX-512F with opmask/ZMM state
+}
+#endif
 
 std::vector<const KernelTable*> supported_tables() {
     std::vector<const KernelTable*> tables;
@@ -14,6 +36,9 @@ std::vector<const KernelTable*> supported_tables() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) tables.push_back(kernel_table_avx512());
     if (__builtin_cpu_supports("avx2")) tables.push_back(kernel_table_avx2());
+#elif defined(DPREC_HAVE_X86_KERNELS) && defined(_MSC_VER)
+    if (msvc_cpu_supports(true)) tables.push_back(kernel_table_avx512());
+    if (msvc_cpu_supports(false)) tables.push_back(kernel_table_avx2());
 #endif
     tables.push_back(kernel_table_baseline());
     return tables;
