@@ -1,0 +1,65 @@
+"""The ``dprec`` command line: ``dprec bench`` (throughput table) and ``dprec info``.
+
+Also runnable as ``python -m dprec``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+__all__ = ["main"]
+
+
+def _info() -> int:
+    import platform  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    from . import _backend, bench  # noqa: PLC0415
+    from .constants import NORMAL_TRANSFORM_VERSION  # noqa: PLC0415
+
+    print(f"dprec {bench.package_version()} (python {platform.python_version()}, numpy {np.__version__})")
+    print(f"normal transform version: {NORMAL_TRANSFORM_VERSION}")
+    print(f"backends: {', '.join(_backend.available_backends())}")
+    if _backend.native_available():
+        from . import runtime  # noqa: PLC0415
+
+        print(f"CPU: {bench.cpu_model()}")
+        print(f"ISA: {runtime.get_isa()} (available: {', '.join(runtime.available_isas())})")
+        print(f"threads: {runtime.get_num_threads()}")
+    else:
+        try:
+            _backend.native()
+        except RuntimeError as exc:
+            print(f"native backend unavailable: {exc}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dprec`` console script."""
+    from . import bench  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="dprec", description="dprec: DP-REC compression for federated learning.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p_bench = sub.add_parser(
+        "bench",
+        help="print this machine's DP-REC encode throughput table and a native-vs-reference agreement check",
+        description="DP-REC encode/decode throughput on this machine, against PyTorch and the NumPy reference "
+        "(SPEC §8 targets marked PASS/MISS), then a native-versus-reference agreement line.",
+    )
+    bench.add_arguments(p_bench)
+    sub.add_parser("info", help="version, backends, ISA and thread count")
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        bench.run_from_args(args)
+        return 0
+    if args.command == "info":
+        return _info()
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Smoke tests of `dprec bench` and bench/bench_encode.py: they run and print the table and
+the agreement line. No timing is asserted (timings are a benchmark, not a test)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dprec import bench
+
+TINY = ["--quick", "--sizes", "10,11", "--extra", "11:8", "--repeat", "1", "--no-progress"]
+
+
+def _run(argv: list[str]) -> tuple[str, bench.BenchResult]:
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    out = io.StringIO()
+    result = bench.run_from_args(p.parse_args(argv), out=out)
+    return out.getvalue(), result
+
+
+def _check_report(text: str) -> None:
+    assert "DP-REC encode benchmark" in text
+    assert "native" in text and "NumPy ref*" in text and "PyTorch" in text
+    assert "LLR/gen" in text and "dec/gen" in text
+    assert "ISA:" in text and "threads:" in text
+    assert "SPEC targets at" in text
+    assert "agreement native vs reference" in text
+    agreement = [line for line in text.splitlines() if line.startswith("agreement native vs reference")]
+    assert len(agreement) == 1
+    assert agreement[0].endswith("-> OK"), agreement[0]
+
+
+def test_bench_quick_no_torch():
+    text, result = _run(TINY + ["--no-torch", "--threads", "1"])
+    _check_report(text)
+    assert [(r.d_log2, r.bits) for r in result.rows] == [(10, 7), (11, 7), (11, 8)]
+    for row in result.rows:
+        assert row.torch_s is None
+        assert row.native_s > 0 and row.gen_s > 0 and row.ref_s > 0 and row.decode_s > 0 and row.gen_d_s > 0
+    assert "PyTorch column skipped" in text
+    assert result.threads == 1
+    assert result.agreement.ok
+    assert result.agreement.max_abs_diff <= result.agreement.tolerance
+    assert result.agreement.bit_identical == result.agreement.checked
+
+
+def test_bench_restores_threads():
+    from dprec import runtime
+
+    before = runtime.get_num_threads()
+    _run(TINY + ["--no-torch", "--threads", "1", "--sizes", "10", "--extra", "none"])
+    assert runtime.get_num_threads() == before
+
+
+def test_bench_json(tmp_path):
+    import json
+
+    path = tmp_path / "bench.json"
+    _run(TINY + ["--no-torch", "--sizes", "10", "--extra", "none", "--json", str(path)])
+    data = json.loads(path.read_text())
+    assert data["rows"][0]["d_log2"] == 10 and data["rows"][0]["native_rate"] > 0
+    assert data["agreement"]["ok"] is True
+
+
+def test_bench_with_torch():
+    pytest.importorskip("torch")
+    text, result = _run(TINY + ["--sizes", "10", "--extra", "none"])
+    _check_report(text)
+    assert result.rows[0].torch_s is not None and result.rows[0].vs_torch is not None
+    assert "PASS" in text or "MISS" in text
+
+
+def test_progress_bar():
+    stream = io.StringIO()
+    bar = bench.Progress(10, stream=stream)
+    bar.update(5, "half")
+    bar.close()
+    text = stream.getvalue()
+    assert "[" in text and "100.0%" in text and text.endswith("\n")
+
+
+def test_parse_sizes():
+    assert bench._parse_sizes("16-18,20") == [16, 17, 18, 20]
+    assert bench._parse_extra("20:10") == [(20, 10)]
+    assert bench._parse_extra("none") == []
+
+
+def test_console_entry_point():
+    """`python -m dprec bench --quick` (what the `dprec` console script runs): table on stdout,
+    progress bar on stderr."""
+    env = dict(os.environ, DPREC_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dprec", "bench", "--no-torch", *[a for a in TINY if a != "--no-progress"]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(Path(__file__).resolve().parent),
+    )
+    assert proc.returncode == 0, proc.stderr
+    _check_report(proc.stdout)
+    assert "100.0%" in proc.stderr
+
+
+def test_cli_info_and_help():
+    proc = subprocess.run([sys.executable, "-m", "dprec", "info"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ISA:" in proc.stdout and "backends:" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "dprec", "bench", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--threads" in proc.stdout and "--quick" in proc.stdout
+
+
+def test_bench_encode_script():
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_encode.py"
+    if not script.exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    proc = subprocess.run(
+        [sys.executable, str(script), *TINY, "--no-torch", "--per-isa", "--sweep-d", "12"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    _check_report(proc.stdout)
+    isa_lines = [line for line in proc.stdout.split("Per-ISA", 1)[1].splitlines()[2:] if "|" in line]
+    assert isa_lines and all(line.rstrip().endswith("yes") for line in isa_lines), isa_lines
