@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -46,6 +47,7 @@ class Pool {
             n_items_ = n_items;
             next_.store(0);
             active_ = static_cast<int>(workers_.size());
+            error_ = nullptr;
             ++generation_;
         }
         wake_.notify_all();
@@ -53,11 +55,20 @@ class Pool {
         std::unique_lock<std::mutex> lock(mutex_);
         done_.wait(lock, [this] { return active_ == 0; });
         body_ = nullptr;
+        if (error_) std::rethrow_exception(error_);
     }
 
   private:
+    // An exception in any item (e.g. std::bad_alloc) stops the remaining items and is
+    // rethrown to the caller, never left to terminate a worker thread.
     void drain(const std::function<void(size_t)>& body, size_t n_items) {
-        for (size_t i = next_.fetch_add(1); i < n_items; i = next_.fetch_add(1)) body(i);
+        try {
+            for (size_t i = next_.fetch_add(1); i < n_items; i = next_.fetch_add(1)) body(i);
+        } catch (...) {
+            next_.store(n_items);
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!error_) error_ = std::current_exception();
+        }
     }
     void worker_loop() {
         unsigned long seen = 0;
@@ -87,6 +98,7 @@ class Pool {
     const std::function<void(size_t)>* body_ = nullptr;
     size_t n_items_ = 0;
     std::atomic<size_t> next_{0};
+    std::exception_ptr error_;
     int active_ = 0;
     unsigned long generation_ = 0;
     bool stopping_ = false;
