@@ -70,6 +70,29 @@ def test_native_normals_bit_identical_to_reference(isa):
     assert total >= 1_000_000
 
 
+@pytest.fixture(scope="module")
+def every_transform_input():
+    """All 2**24 radius inputs against all 2**24 angle inputs (reversed), with random low
+    bytes (which the transform ignores), and the reference's normals for them."""
+    rng = np.random.default_rng(1)
+    top = np.arange(1 << 24, dtype=np.uint32) << np.uint32(8)
+    radius_words = top | rng.integers(0, 256, top.size, dtype=np.uint32)
+    angle_words = top[::-1] | rng.integers(0, 256, top.size, dtype=np.uint32)
+    pairs = np.stack([radius_words, angle_words], axis=1).reshape(-1)
+    expected = ref.words_to_normals(pairs).reshape(-1, 2)
+    return radius_words, angle_words, expected
+
+
+@requires_native
+def test_native_transform_bit_identical_on_every_input(isa, every_transform_input):
+    radius_words, angle_words, expected = every_transform_input
+    cos_part = np.empty(radius_words.size, np.float32)
+    sin_part = np.empty(radius_words.size, np.float32)
+    dprec._backend.native().normal_transform(radius_words, angle_words, cos_part, sin_part)
+    assert np.array_equal(cos_part.view(np.uint32), expected[:, 0].view(np.uint32))
+    assert np.array_equal(sin_part.view(np.uint32), expected[:, 1].view(np.uint32))
+
+
 @requires_native
 def test_native_words_every_isa(isa):
     for seed, s, g, dom, offset, count in STREAMS[:2]:

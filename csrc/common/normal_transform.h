@@ -51,17 +51,16 @@ DPREC_INLINE uint32_t nt_float_to_bits(float f) {
     return bits;
 }
 
-// 2^-e as float32 for 0 <= e <= 126, built from its bits.
-DPREC_INLINE float nt_pow2_neg(int32_t e) { return nt_bits_to_float(static_cast<uint32_t>(127 - e) << 23); }
-
 // -2 ln(u) with u = (2 (w >> 8) + 1) 2^-25.
 DPREC_INLINE float nt_neg2_log_uniform(uint32_t w) {
     const int32_t a = static_cast<int32_t>(w >> 8);
     const int32_t n = 2 * a + 1;
-    int32_t e = static_cast<int32_t>(nt_float_to_bits(static_cast<float>(a)) >> 23) - 126;
-    e = e > 0 ? e : 0;
+    // floor(log2 n) from the exponent of float(n); float(n) rounds up to 2^25 only for
+    // n = 2^25 - 1, where d = -1 gives the same reduced f and e as the exact split.
+    int32_t e = static_cast<int32_t>(nt_float_to_bits(static_cast<float>(n)) >> 23) - 127;
     const int32_t d = n - (int32_t(1) << e);
-    float f = static_cast<float>(d) * nt_pow2_neg(e);
+    // d 2^-e by lowering the exponent field: exact, and d = 0 only when e = 0.
+    float f = nt_bits_to_float(nt_float_to_bits(static_cast<float>(d)) - (static_cast<uint32_t>(e) << 23));
     if (f > nt::kSqrt2Minus1) {  // next power of two: (f - 1) / 2 is exact (Sterbenz)
         f = (f - 1.0f) * 0.5f;
         e += 1;

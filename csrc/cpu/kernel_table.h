@@ -16,6 +16,10 @@ struct KernelTable {
     void (*philox_words)(const StreamId& id, uint32_t block0, size_t nblocks, uint32_t* out);
     // scale * normal for elements 4*block0 .. 4*(block0 + nblocks) - 1 of stream `id`.
     void (*normals)(const StreamId& id, uint32_t block0, size_t nblocks, float scale, float* out);
+    // The normal transform alone, for testing it on chosen words: for i < n,
+    // (cos_out[i], sin_out[i]) = Box-Muller of (radius_words[i], angle_words[i]).
+    void (*transform)(const uint32_t* radius_words, const uint32_t* angle_words, size_t n, float* cos_out,
+                      float* sin_out);
     // For candidates k_first .. k_first+nk-1 of (seed, group), over blocks
     // [block0, block0 + nblocks), nblocks a multiple of `lanes`:
     //   acc[k * lanes + l] += sum over the tile of z_k[i] * phi[i] (double),

@@ -59,8 +59,6 @@ struct GenericKernels {
         }
     }
 
-    static F pow2_neg(U e) { return S::as_float(S::template sll<23>(S::sub(S::set1(127), e))); }
-
     // t[i] = -2 ln(u) for the radius words w[i].
     template <int K>
     static void neg2_log_uniform(const U (&w)[K], F (&t)[K]) {
@@ -71,11 +69,12 @@ struct GenericKernels {
         for (int i = 0; i < K; ++i) {
             const U a = S::template srl<8>(w[i]);
             const U n = S::add(S::add(a, a), one);
-            e[i] = S::max_i32(S::sub(S::template srl<23>(S::as_uint(S::cvt_i32(a))), S::set1(126)), S::set1(0));
+            e[i] = S::sub(S::template srl<23>(S::as_uint(S::cvt_i32(n))), S::set1(127));
             d[i] = S::sub(n, S::sllv(one, e[i]));
         }
         for (int i = 0; i < K; ++i) {
-            f[i] = S::mulf(S::cvt_i32(d[i]), pow2_neg(e[i]));
+            // d 2^-e by lowering the exponent field: exact, and d = 0 only when e = 0.
+            f[i] = S::as_float(S::sub(S::as_uint(S::cvt_i32(d[i])), S::template sll<23>(e[i])));
             // Next power of two above sqrt(2) - 1: (f - 1) / 2 is exact (Sterbenz).
             const M big = S::gtf(f[i], S::set1f(nt::kSqrt2Minus1));
             f[i] = S::select_f(big, S::mulf(S::subf(f[i], S::set1f(1.0f)), S::set1f(0.5f)), f[i]);
@@ -163,6 +162,22 @@ struct GenericKernels {
             }
     }
 
+    static void transform(const uint32_t* radius_words, const uint32_t* angle_words, size_t n, float* cos_out,
+                          float* sin_out) {
+        size_t i = 0;
+        for (; i + L <= n; i += L) {
+            const U wr[1] = {S::loadu(radius_words + i)};
+            const U wa[1] = {S::loadu(angle_words + i)};
+            F t[1], c[1], s[1];
+            neg2_log_uniform<1>(wr, t);
+            cos_sin_turn<1>(wa, c, s);
+            const F radius = S::sqrtf(t[0]);
+            S::storeu(cos_out + i, S::mulf(radius, c[0]));
+            S::storeu(sin_out + i, S::mulf(radius, s[0]));
+        }
+        for (; i < n; ++i) dprec::nt_words_to_normals(radius_words[i], angle_words[i], cos_out + i, sin_out + i);
+    }
+
     static void philox_words(const dprec::StreamId& id, uint32_t block0, size_t nblocks, uint32_t* out) {
         size_t b = 0;
         for (; b + kUnroll * L <= nblocks; b += kUnroll * L) {
@@ -223,7 +238,7 @@ struct GenericKernels {
     }
 
     static const dprec::cpu::KernelTable* table() {
-        static const dprec::cpu::KernelTable t{S::kName, L, &philox_words, &normals, &llr_tile};
+        static const dprec::cpu::KernelTable t{S::kName, L, &philox_words, &normals, &transform, &llr_tile};
         return &t;
     }
 };

@@ -54,6 +54,8 @@ struct SimdAvx2 {
     static F select_f(M m, F a, F b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
 
     // out[4 l + j] = z_j[l] for l < 8: a 4x4 transpose in each 128-bit half, then halves.
+    static U loadu(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+    static void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         const __m256 t0 = _mm256_unpacklo_ps(z0, z1);  // z0[0] z1[0] z0[1] z1[1] | lanes 4,5
         const __m256 t1 = _mm256_unpackhi_ps(z0, z1);  // z0[2] z1[2] z0[3] z1[3] | lanes 6,7

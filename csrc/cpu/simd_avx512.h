@@ -107,6 +107,8 @@ struct SimdAvx512 {
     static F select_f(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
 
     // out[4 l + j] = z_j[l] for l < 16: 4x4 transposes per 128-bit lane, then lanes.
+    static U loadu(const uint32_t* p) { return _mm512_loadu_si512(p); }
+    static void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         const __m512 t0 = _mm512_unpacklo_ps(z0, z1);
         const __m512 t1 = _mm512_unpackhi_ps(z0, z1);

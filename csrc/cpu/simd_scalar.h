@@ -46,6 +46,8 @@ struct SimdScalar {
     static M gtf(F a, F b) { return a > b; }
     static F select_f(M m, F a, F b) { return m ? a : b; }
 
+    static U loadu(const uint32_t* p) { return *p; }
+    static void storeu(float* p, F v) { *p = v; }
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         out[0] = z0; out[1] = z1; out[2] = z2; out[3] = z3;
     }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../common/philox.h"
+#include "../cpu/dispatch.h"
 #include "../cpu/rec.h"
 #include "arrays.h"
 #include "checks.h"
@@ -29,6 +30,21 @@ void bind_philox(py::module_& m) {
             }
         },
         py::arg("counter"), py::arg("k0"), py::arg("k1"), py::arg("out"));
+
+    m.def(
+        "normal_transform",
+        [](const py::array& radius_words, const py::array& angle_words, py::array& cos_out, py::array& sin_out) {
+            const uint32_t* r = input<uint32_t>(radius_words, "radius_words");
+            const uint32_t* a = input<uint32_t>(angle_words, "angle_words");
+            float* c = output<float>(cos_out, "cos_out");
+            float* s = output<float>(sin_out, "sin_out");
+            const py::ssize_t n = radius_words.size();
+            if (angle_words.size() != n || cos_out.size() != n || sin_out.size() != n)
+                throw py::value_error("radius_words, angle_words, cos_out and sin_out must have the same size");
+            py::gil_scoped_release release;
+            cpu::kernels().transform(r, a, static_cast<size_t>(n), c, s);
+        },
+        py::arg("radius_words"), py::arg("angle_words"), py::arg("cos_out"), py::arg("sin_out"));
 
     m.def(
         "stream_words",

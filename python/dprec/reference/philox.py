@@ -113,11 +113,6 @@ def words_to_uniform(words: np.ndarray, dtype: type = np.float32) -> np.ndarray:
     return np.where(high, out, out + _F(2.0**-25)).astype(np.float32)
 
 
-def _pow2_f32(exponent: np.ndarray) -> np.ndarray:
-    """2**exponent as float32, built from its bits (exact, no libm)."""
-    return ((exponent.astype(np.int32) + 127).astype(np.uint32) << np.uint32(23)).view(np.float32)
-
-
 def _neg2_log_uniform(w: np.ndarray) -> np.ndarray:
     """-2 ln(u) for u = (2 (w >> 8) + 1) * 2**-25, as float32.
 
@@ -127,11 +122,12 @@ def _neg2_log_uniform(w: np.ndarray) -> np.ndarray:
     """
     a = (w >> np.uint32(8)).astype(np.int32)
     n = 2 * a + 1
-    # floor(log2(a)) + 1 from the exponent field of float32(a) (exact: a < 2**24).
-    e = (a.astype(np.float32).view(np.uint32) >> np.uint32(23)).astype(np.int32) - 126
-    e = np.maximum(e, 0)
+    # floor(log2(n)) from the exponent field of float32(n). float32(n) rounds up to 2**25
+    # only for n = 2**25 - 1, where d = -1 yields the same reduced (f, e) as the exact split.
+    e = (n.astype(np.float32).view(np.uint32) >> np.uint32(23)).astype(np.int32) - 127
     d = n - (np.int32(1) << e)
-    f = d.astype(np.float32) * _pow2_f32(-e)
+    # f = d 2**-e by lowering the exponent field: exact, and d = 0 only when e = 0.
+    f = (d.astype(np.float32).view(np.uint32) - (e.astype(np.uint32) << np.uint32(23))).view(np.float32)
     # Above sqrt(2) - 1 take the next power of two: (f - 1) / 2 is exact (Sterbenz).
     big = f > _SQRT2_M1
     f = np.where(big, (f - _F(1.0)) * _F(0.5), f)
