@@ -19,13 +19,13 @@ bool msvc_cpu_supports(bool avx512) {
     __cpuid(r, 0);
     if (r[0] < 7) return false;
     __cpuid(r, 1);
-    const bool osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
-    if (!osxsave || !avx) return false;
+    const bool osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1, fma = (r[2] >> 12) & 1;
+    if (!osxsave || !avx || !fma) return false;
     const unsigned long long xcr0 = _xgetbv(0);
-    if ((xcr0 & 0x6) != 0x6) return false;
+    if ((xcr0 & 0x6) != 0x6) return false;  // XMM and YMM state
     __cpuidex(r, 7, 0);
-    if (!avx512) return (r[1] >> 5) & 1;  // AVX2
-    return ((r[1] >> 16) & 1) && (xcr0 & 0xE6) == 0xE6;  // AVX-512F with opmask/ZMM state
+    if (!avx512) return (r[1] >> 5) & 1;                   // AVX2
+    return ((r[1] >> 16) & 1) && (xcr0 & 0xE6) == 0xE6;  // AVX-512F, opmask and ZMM state
 }
 #endif
 
@@ -35,7 +35,7 @@ std::vector<const KernelTable*> supported_tables() {
     // __builtin_cpu_supports also checks that the OS saves the wide registers.
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) tables.push_back(kernel_table_avx512());
-    if (__builtin_cpu_supports("avx2")) tables.push_back(kernel_table_avx2());
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) tables.push_back(kernel_table_avx2());
 #elif defined(DPREC_HAVE_X86_KERNELS) && defined(_MSC_VER)
     if (msvc_cpu_supports(true)) tables.push_back(kernel_table_avx512());
     if (msvc_cpu_supports(false)) tables.push_back(kernel_table_avx2());

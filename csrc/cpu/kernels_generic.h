@@ -67,8 +67,7 @@ struct GenericKernels {
         U e[K], d[K];
         F f[K], s[K], z[K], p[K];
         for (int i = 0; i < K; ++i) {
-            const U a = S::template srl<8>(w[i]);
-            const U n = S::add(S::add(a, a), one);
+            const U n = S::bor(S::template srl<7>(w[i]), one);  // 2 (w >> 8) + 1
             e[i] = S::sub(S::template srl<23>(S::as_uint(S::cvt_i32(n))), S::set1(127));
             d[i] = S::sub(n, S::sllv(one, e[i]));
         }
@@ -103,8 +102,7 @@ struct GenericKernels {
         U quadrant[K];
         F x[K], x2[K], ps[K], pc[K];
         for (int i = 0; i < K; ++i) {
-            const U a = S::template srl<8>(w[i]);
-            const U m = S::add(S::add(a, a), one);
+            const U m = S::bor(S::template srl<7>(w[i]), one);  // 2 (w >> 8) + 1
             const U rem = S::band(m, S::set1((1u << 23) - 1));
             const M upper = S::gt_i32(rem, S::set1(1u << 22));
             const U y = S::sub_masked(upper, rem, S::set1(1u << 23));
@@ -127,13 +125,12 @@ struct GenericKernels {
         for (int i = 0; i < K; ++i) {
             const F sin_x = S::mulf(x[i], ps[i]);
             const F cos_x = S::addf(S::set1f(1.0f), S::mulf(x2[i], pc[i]));
-            const M swap = S::gt_i32(S::band(quadrant[i], one), S::set1(0));
+            const M swap = S::test(quadrant[i], one);
             const F c = S::select_f(swap, sin_x, cos_x);
             const F s = S::select_f(swap, cos_x, sin_x);
-            const U c_sign = S::template sll<30>(S::band(S::add(quadrant[i], one), S::set1(2)));
-            const U s_sign = S::template sll<30>(S::band(quadrant[i], S::set1(2)));
-            cos_out[i] = S::as_float(S::bxor(S::as_uint(c), c_sign));
-            sin_out[i] = S::as_float(S::bxor(S::as_uint(s), s_sign));
+            // Bit 1 of the quadrant (of quadrant + 1 for the cosine) shifted to the sign bit.
+            cos_out[i] = S::xor_sign(c, S::template sll<30>(S::add(quadrant[i], one)));
+            sin_out[i] = S::xor_sign(s, S::template sll<30>(quadrant[i]));
         }
     }
 

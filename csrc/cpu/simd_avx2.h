@@ -1,4 +1,4 @@
-// AVX2 traits: 8 lanes. Include only from a translation unit built with AVX2 enabled.
+// AVX2 (+FMA) traits: 8 lanes. Include only from a translation unit built with AVX2 and FMA.
 #pragma once
 
 #include <immintrin.h>
@@ -24,6 +24,14 @@ struct SimdAvx2 {
     static U sub(U a, U b) { return _mm256_sub_epi32(a, b); }
     static U bxor(U a, U b) { return _mm256_xor_si256(a, b); }
     static U band(U a, U b) { return _mm256_and_si256(a, b); }
+    static U bor(U a, U b) { return _mm256_or_si256(a, b); }
+    static M test(U a, U b) {
+        return _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(a, b), _mm256_setzero_si256()),
+                                _mm256_set1_epi32(-1));
+    }
+    static F xor_sign(F v, U bits) {
+        return _mm256_xor_ps(v, _mm256_and_ps(_mm256_castsi256_ps(bits), _mm256_castsi256_ps(set1(0x80000000u))));
+    }
     template <int N> static U srl(U a) { return _mm256_srli_epi32(a, N); }
     template <int N> static U sll(U a) { return _mm256_slli_epi32(a, N); }
     static U sllv(U a, U n) { return _mm256_sllv_epi32(a, n); }
@@ -83,7 +91,8 @@ struct SimdAvx2 {
     static void dot_step(F z, const double* phi, Acc& acc) {
         const __m256d zlo = _mm256_cvtps_pd(_mm256_castps256_ps128(z));
         const __m256d zhi = _mm256_cvtps_pd(_mm256_extractf128_ps(z, 1));
-        acc.lo = _mm256_add_pd(acc.lo, _mm256_mul_pd(zlo, _mm256_loadu_pd(phi)));
-        acc.hi = _mm256_add_pd(acc.hi, _mm256_mul_pd(zhi, _mm256_loadu_pd(phi + 4)));
+        // A fused multiply-add is exact here: the product of two floats fits a double.
+        acc.lo = _mm256_fmadd_pd(zlo, _mm256_loadu_pd(phi), acc.lo);
+        acc.hi = _mm256_fmadd_pd(zhi, _mm256_loadu_pd(phi + 4), acc.hi);
     }
 };

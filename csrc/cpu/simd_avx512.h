@@ -77,6 +77,12 @@ struct SimdAvx512 {
     static U sub(U a, U b) { return _mm512_sub_epi32(a, b); }
     static U bxor(U a, U b) { return _mm512_xor_si512(a, b); }
     static U band(U a, U b) { return _mm512_and_si512(a, b); }
+    static U bor(U a, U b) { return _mm512_or_si512(a, b); }
+    static M test(U a, U b) { return _mm512_test_epi32_mask(a, b); }
+    static F xor_sign(F v, U bits) {  // v ^ (bits & sign bit) in one ternary-logic op
+        return _mm512_castsi512_ps(
+            _mm512_ternarylogic_epi32(_mm512_castps_si512(v), bits, set1(0x80000000u), 0x78));
+    }
     template <int N> static U srl(U a) { return _mm512_srli_epi32(a, N); }
     template <int N> static U sll(U a) { return _mm512_slli_epi32(a, N); }
     static U sllv(U a, U n) { return _mm512_sllv_epi32(a, n); }
@@ -140,7 +146,8 @@ struct SimdAvx512 {
     static void dot_step(F z, const double* phi, Acc& acc) {
         const __m512d zlo = _mm512_cvtps_pd(_mm512_castps512_ps256(z));
         const __m512d zhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
-        acc.lo = _mm512_add_pd(acc.lo, _mm512_mul_pd(zlo, _mm512_loadu_pd(phi)));
-        acc.hi = _mm512_add_pd(acc.hi, _mm512_mul_pd(zhi, _mm512_loadu_pd(phi + 8)));
+        // A fused multiply-add is exact here: the product of two floats fits a double.
+        acc.lo = _mm512_fmadd_pd(zlo, _mm512_loadu_pd(phi), acc.lo);
+        acc.hi = _mm512_fmadd_pd(zhi, _mm512_loadu_pd(phi + 8), acc.hi);
     }
 };

@@ -19,6 +19,10 @@ struct SimdScalar {
     static U sub(U a, U b) { return a - b; }
     static U bxor(U a, U b) { return a ^ b; }
     static U band(U a, U b) { return a & b; }
+    static U bor(U a, U b) { return a | b; }
+    static M test(U a, U b) { return (a & b) != 0; }
+    // v with its sign flipped where bit 31 of `bits` is set.
+    static F xor_sign(F v, U bits) { return as_float(as_uint(v) ^ (bits & 0x80000000u)); }
     template <int N> static U srl(U a) { return a >> N; }
     template <int N> static U sll(U a) { return a << N; }
     static U sllv(U a, U n) { return a << n; }
