@@ -95,6 +95,10 @@ def test_integer_arguments(backend):
         rec.candidate(1, 0, 2**24, 4, backend=backend)
     with pytest.raises(ValueError, match=r"indices\[1\]"):
         rec.accumulate(np.zeros(4, np.float32), 0, [1, 2], [0, 2**24], sigma=1.0, backend=backend)
+    with pytest.raises(ValueError, match=r"max\(indices\)"):
+        rec.accumulate(np.zeros(4, np.float32), 0, np.array([1], np.uint64), np.array([2**24], np.uint32), sigma=1.0, backend=backend)
+    with pytest.raises(ValueError, match=r"seeds\[0\]"):
+        rec.accumulate(np.zeros(4, np.float32), 0, np.array([-1]), [0], sigma=1.0, backend=backend)
     with pytest.raises(TypeError, match=r"seeds\[0\]"):
         rec.accumulate(np.zeros(4, np.float32), 0, [1.5], [0], sigma=1.0, backend=backend)
     with pytest.raises(ValueError, match="indices"):

@@ -166,16 +166,27 @@ def encode_group(
     return sample_index(lg, rng=rng, backend=backend)
 
 
-def _int_list(values: Any, name: str) -> list:
-    """A flat list of Python scalars, without NumPy's float coercion of big integers."""
+def _uint_array(values: Any, name: str, dtype: Any, check: Any) -> np.ndarray:
+    """A 1-D unsigned array; each element is checked unless the dtype already bounds it.
+
+    Python sequences are checked one by one, without NumPy's float coercion of large
+    integers; unsigned NumPy arrays of at most ``dtype``'s width are checked at once.
+    """
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
             raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
-        return values.tolist()
-    try:
-        return list(values)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of integers, got {type(values).__name__}") from None
+        if values.dtype.kind == "u" and values.dtype.itemsize <= np.dtype(dtype).itemsize:
+            out = values.astype(dtype)
+            if out.size and dtype == np.uint32:
+                check(int(out.max()), f"max({name})")
+            return out
+        items = values.tolist()
+    else:
+        try:
+            items = list(values)
+        except TypeError:
+            raise TypeError(f"{name} must be a sequence of integers, got {type(values).__name__}") from None
+    return np.array([check(v, f"{name}[{i}]") for i, v in enumerate(items)], dtype=dtype)
 
 
 def accumulate(
@@ -210,15 +221,13 @@ def accumulate(
         raise ValueError("out must be a 1-D, C-contiguous, writeable array")
     check_size(out.size, "out.size")
     group = check_u32(group, "group")
-    seeds_list = _int_list(seeds, "seeds")
-    n = len(seeds_list)
+    seeds_u = _uint_array(seeds, "seeds", np.uint64, check_seed)
+    n = seeds_u.size
     if n == 0:
         raise ValueError("seeds must not be empty")
-    seeds_u = np.array([check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds_list)], dtype=np.uint64)
-    idx_list = _int_list(indices, "indices")
-    if len(idx_list) != n:
-        raise ValueError(f"indices must have length {n} (one per seed), got {len(idx_list)}")
-    idx_u = np.array([check_index(k, 24, f"indices[{i}]") for i, k in enumerate(idx_list)], dtype=np.uint32)
+    idx_u = _uint_array(indices, "indices", np.uint32, lambda k, name: check_index(k, 24, name))
+    if idx_u.size != n:
+        raise ValueError(f"indices must have length {n} (one per seed), got {idx_u.size}")
     sig = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (n,))
     if not (np.isfinite(sig).all() and (sig > 0).all()):
         raise ValueError("sigma must be finite and > 0")
