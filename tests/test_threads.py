@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,20 +19,26 @@ from .conftest import requires_native
 def test_gil_is_released_during_long_kernels():
     phi = np.ones(1 << 20, np.float32)
     done = threading.Event()
+    span = []
 
     def work():
+        t0 = time.perf_counter()
         rec.logits(phi, 1, 0, 8, sigma=1.0, backend="cpu")
+        span.extend([t0, time.perf_counter()])
         done.set()
 
     worker = threading.Thread(target=work)
-    ticks = 0
+    stamps = []
     worker.start()
     while not done.is_set():
-        ticks += 1
+        stamps.append(time.perf_counter())
     worker.join()
-    # With the GIL held for the whole kernel the loop could only run between bytecode
-    # switches before and after the call; released, it spins throughout.
-    assert ticks > 10_000
+    t0, t1 = span
+    assert t1 - t0 > 0.05, "the kernel was too short to tell"
+    # Were the GIL held in the kernel, this thread could run only around its start and
+    # end (one switch interval each), never in the middle of it.
+    middle = [s for s in stamps if t0 + 0.25 * (t1 - t0) < s < t0 + 0.75 * (t1 - t0)]
+    assert len(middle) > 100
 
 
 @requires_native
