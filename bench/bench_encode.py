@@ -24,7 +24,6 @@ import sys
 import time
 
 import numpy as np
-
 from dprec import _backend, bench, rec, runtime
 
 

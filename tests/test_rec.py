@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import dprec
 import numpy as np
 import pytest
-from scipy import stats
-
-import dprec
 from dprec import rec
+from scipy import stats
 
 from .conftest import BACKENDS, requires_native
 

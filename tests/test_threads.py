@@ -9,7 +9,6 @@ import time
 
 import numpy as np
 import pytest
-
 from dprec import rec
 
 from .conftest import requires_native
