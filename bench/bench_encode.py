@@ -24,6 +24,7 @@ import sys
 import time
 
 import numpy as np
+
 from dprec import _backend, bench, rec, runtime
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import dprec
 import numpy as np
 import pytest
+
+import dprec
 from dprec import _backend, rec
 
 from .conftest import BACKENDS, requires_native

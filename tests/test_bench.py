@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dprec import bench
 
 TINY = ["--quick", "--sizes", "10,11", "--extra", "11:8", "--repeat", "1", "--no-progress"]

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import dprec._backend
-import dprec.codec as codec_mod
 import numpy as np
 import pytest
+
+import dprec._backend
+import dprec.codec as codec_mod
 from dprec import rec
 from dprec.codec import DEFAULT_BITS, DPRECCodec, DPRECMessage, Layout
 

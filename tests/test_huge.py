@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 
-import dprec
 import numpy as np
 import pytest
+
+import dprec
 from dprec import rec
 
 from .conftest import requires_native

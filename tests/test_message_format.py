@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
+
 from dprec.codec import FLAG_UNIFORM_BITS, FORMAT_VERSION, MAGIC, DPRECCodec, DPRECMessage
 from dprec.constants import NORMAL_TRANSFORM_VERSION
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import dprec
 import numpy as np
 import pytest
-from dprec.reference import philox as ref
 from scipy import stats
+
+import dprec
+from dprec.reference import philox as ref
 
 from .conftest import BACKENDS, requires_native
 from .philox_independent import stream as independent_stream

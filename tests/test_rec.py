@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import dprec
 import numpy as np
 import pytest
-from dprec import rec
 from scipy import stats
+
+import dprec
+from dprec import rec
 
 from .conftest import BACKENDS, requires_native
 

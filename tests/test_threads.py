@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+
 from dprec import rec
 
 from .conftest import requires_native
