@@ -463,7 +463,6 @@ def run_bench(config: BenchConfig, progress_stream: TextIO | None = None) -> Ben
             decode_s, gen_d_s = stat(dec_t), stat(gen_t)
             bar.update(4 * reps * d, f"{label} decode")
             rows.append(BenchRow(s, b, native_s, gen_s, decode_s, gen_d_s, ref_s, rb, torch_s, reps))
-            del dbuf
 
         bar.draw("agreement check", force=True)
         agreement = check_agreement(1 << config.agree_log2_d, config.agree_bits)
