@@ -20,6 +20,10 @@ struct KernelTable {
     // (cos_out[i], sin_out[i]) = Box-Muller of (radius_words[i], angle_words[i]).
     void (*transform)(const uint32_t* radius_words, const uint32_t* angle_words, size_t n, float* cos_out,
                       float* sin_out);
+    // out[i] = out[i] + coef * z[i], in out's precision, with no fused multiply-add (so
+    // that it matches the NumPy reference bit for bit). Plain loops, vectorised per ISA.
+    void (*add_scaled_f32)(float* out, const float* z, float coef, size_t n);
+    void (*add_scaled_f64)(double* out, const float* z, double coef, size_t n);
     // For candidates k_first .. k_first+nk-1 of (seed, group), over blocks
     // [block0, block0 + nblocks), nblocks a multiple of `lanes`:
     //   acc[k * lanes + l] += sum over the tile of z_k[i] * phi[i] (double),

@@ -234,8 +234,16 @@ struct GenericKernels {
         }
     }
 
+    static void add_scaled_f32(float* out, const float* z, float coef, size_t n) {
+        for (size_t i = 0; i < n; ++i) out[i] = out[i] + coef * z[i];
+    }
+
+    static void add_scaled_f64(double* out, const float* z, double coef, size_t n) {
+        for (size_t i = 0; i < n; ++i) out[i] = out[i] + coef * static_cast<double>(z[i]);
+    }
+
     static const dprec::cpu::KernelTable* table() {
-        static const dprec::cpu::KernelTable t{S::kName, L, &philox_words, &normals, &transform, &llr_tile};
+        static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile};
         return &t;
     }
 };

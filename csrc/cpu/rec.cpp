@@ -1,6 +1,7 @@
 #include "rec.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "dispatch.h"
@@ -14,7 +15,7 @@ constexpr uint64_t kLlrTileBlocks = 256;        // blocks per phi tile (1024 ele
 constexpr uint64_t kLlrSegmentBlocks = 1 << 14; // blocks per reduction segment (65536 elements)
 constexpr uint64_t kLlrMaxPartials = 1 << 22;   // cap on candidates x segments partial sums
 constexpr uint32_t kLlrCandidateBlock = 16;     // candidates per work item
-constexpr uint64_t kAccumulateTile = 1 << 14;   // elements per work item when aggregating
+constexpr uint64_t kAccumulateTile = 1 << 12;   // elements per work item when aggregating
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -128,8 +129,10 @@ void rec_accumulate(T* out, uint64_t d, uint32_t group, const uint64_t* seeds, c
         for (size_t c = 0; c < n_clients; ++c) {
             const StreamId id{seeds[c], indices[c], group, kDomainRec};
             k.normals(id, static_cast<uint32_t>(i0 >> 2), nb, 1.0f, z.data());
-            const T coef = static_cast<T>(coefs[c]);
-            for (uint64_t i = 0; i < n; ++i) dst[i] = dst[i] + coef * static_cast<T>(z[i]);
+            if constexpr (std::is_same_v<T, float>)
+                k.add_scaled_f32(dst, z.data(), static_cast<float>(coefs[c]), static_cast<size_t>(n));
+            else
+                k.add_scaled_f64(dst, z.data(), coefs[c], static_cast<size_t>(n));
         }
     });
 }
