@@ -17,14 +17,14 @@ struct SimdAvx512 {
         __m512d lo, hi;
     };
 
-    // The high half of each 64-bit lane moved to its low half. A shuffle (port 5) rather
-    // than a shift (port 0, which the multiplies already load) keeps both ports busy.
+    // The high half of each 64-bit lane moved to its low half (a shuffle rather than a
+    // shift, so that it does not compete with vpmuludq for port 0 on Intel cores).
     static __m512i high_to_low(__m512i v) { return _mm512_shuffle_epi32(v, _MM_PERM_CDAB); }
 
     static constexpr bool kHasPhilox = true;
     // Philox4x32-10 of blocks block0 .. block0 + 16 N - 1 with each counter word in a 64-bit
     // lane: vpmuludq then gives the whole product, so a round is two multiplies, two
-    // shifts and two three-way XORs per 8 blocks. Upper halves of lanes hold garbage
+    // shuffles and two three-way XORs per 8 blocks. Upper halves of lanes hold garbage
     // that vpmuludq ignores; the final pack keeps the low halves.
     template <int N>
     static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed,
