@@ -19,22 +19,11 @@ Throughput is in client-elements per second (clients * d / time).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 from dprec import rec, runtime
-
-
-def _median_time(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from dprec.bench import median_time
 
 
 def main() -> None:
@@ -71,10 +60,13 @@ def main() -> None:
             for seed, k, w in zip(seeds.tolist(), indices.tolist(), weights.tolist()):
                 total += w * rec.candidate(seed, 0, k, d, sigma=sigma)
 
-        t32 = _median_time(acc32, args.repeat)
-        t64 = _median_time(acc64, args.repeat)
-        tloop = _median_time(loop, args.repeat)
-        tone = _median_time(lambda: rec.candidate(int(seeds[0]), 0, int(indices[0]), d, sigma=sigma), 5 * args.repeat)
+        t32 = median_time(acc32, args.repeat, warm_up=True)
+        t64 = median_time(acc64, args.repeat, warm_up=True)
+        tloop = median_time(loop, args.repeat, warm_up=True)
+        def one_decode() -> None:
+            rec.candidate(int(seeds[0]), 0, int(indices[0]), d, sigma=sigma)
+
+        tone = median_time(one_decode, 5 * args.repeat, warm_up=True)
         work = n * d / 1e6
         print(
             f"  2^{s:<3} | {work / t32:>11,.0f} M/s {work / t64:>11,.0f} M/s {work / tloop:>12,.0f} M/s |"

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -29,13 +27,7 @@ from dprec import _backend, bench, rec, runtime
 
 
 def _time(fn, repeat: int) -> float:
-    fn()  # warm-up
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return bench.median_time(fn, repeat, warm_up=True)
 
 
 def _encode_gen_decode(d: int, bits: int, repeat: int) -> tuple[float, float, float]:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 import numpy as np
 
-__all__ = ["BenchConfig", "BenchRow", "Agreement", "run_bench", "format_report", "main"]
+__all__ = ["BenchConfig", "BenchRow", "Agreement", "run_bench", "format_report", "median_time", "main"]
 
 #: SPEC §8 targets at d = 2**20, K = 2**7 (CPU, 2-core machine).
 TARGET_D_LOG2 = 20
@@ -258,7 +258,10 @@ class Progress:
         self.stream.flush()
 
 
-def _median_time(fn: Callable[[], Any], repeat: int) -> float:
+def median_time(fn: Callable[[], Any], repeat: int, *, warm_up: bool = False) -> float:
+    """Median wall time of ``repeat`` calls of ``fn`` (after one untimed call if ``warm_up``)."""
+    if warm_up:
+        fn()
     times = []
     for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
@@ -415,7 +418,7 @@ def run_bench(config: BenchConfig, progress_stream: TextIO | None = None) -> Ben
             # whatever runs next. Then a pause, so that they are asleep before the rest.
             ref_times = []
             for rep in range(reps):
-                ref_times.append(_median_time(lambda: _reference_encode(phi, rb), 1))
+                ref_times.append(median_time(lambda: _reference_encode(phi, rb), 1))
                 bar.update(ref_cost, f"{label} NumPy reference ({rep + 1}/{reps})")
             time.sleep(_COOL_DOWN_S)
 
@@ -438,7 +441,7 @@ def run_bench(config: BenchConfig, progress_stream: TextIO | None = None) -> Ben
             times: dict[str, list[float]] = {m[0]: [] for m in methods}
             for rep in range(reps):
                 for name, fn, cost, pause in methods:
-                    times[name].append(_median_time(fn, 1))
+                    times[name].append(median_time(fn, 1))
                     bar.update(cost, f"{label} {name} ({rep + 1}/{reps})")
                     if pause:
                         time.sleep(pause)
@@ -458,8 +461,8 @@ def run_bench(config: BenchConfig, progress_stream: TextIO | None = None) -> Ben
             # Interleave the two short timings too.
             dec_t, gen_t = [], []
             for _ in range(max(5, 2 * reps + 1)):
-                dec_t.append(_median_time(decode, 1))
-                gen_t.append(_median_time(gen_d, 1))
+                dec_t.append(median_time(decode, 1))
+                gen_t.append(median_time(gen_d, 1))
             decode_s, gen_d_s = stat(dec_t), stat(gen_t)
             bar.update(4 * reps * d, f"{label} decode")
             rows.append(BenchRow(s, b, native_s, gen_s, decode_s, gen_d_s, ref_s, rb, torch_s, reps))
