@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import sys
 import threading
 import time
@@ -78,3 +80,26 @@ def test_kernels_work_in_a_forked_child():
         pytest.fail("a native kernel hung in a forked child")
     assert child.exitcode == 0
     assert np.array_equal(np.array(queue.get(timeout=5)), expected)
+
+
+@requires_native
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to oneself is POSIX")
+def test_ctrl_c_stops_a_long_kernel():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread")
+    phi = np.ones(1 << 20, np.float32)
+    t0 = time.perf_counter()
+    rec.logits(phi, 1, 0, 9, sigma=1.0, backend="cpu")
+    short = time.perf_counter() - t0  # 2**9 candidates; the call below has 2**13
+    timer = threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rec.logits(phi, 1, 0, 13, sigma=1.0, backend="cpu")
+    finally:
+        timer.join()
+    # Uninterrupted it would take about 16 x `short`; it must stop soon after the signal.
+    assert time.perf_counter() - t0 < 4 * short + 0.5
+    # And the pool still works afterwards.
+    assert np.array_equal(rec.logits(phi[:1000], 1, 0, 3, sigma=1.0), rec.logits(phi[:1000], 1, 0, 3, sigma=1.0))

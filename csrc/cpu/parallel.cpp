@@ -1,6 +1,7 @@
 #include "parallel.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -16,6 +17,26 @@
 namespace dprec::cpu {
 namespace {
 
+std::atomic<InterruptCheck> g_interrupt_check{nullptr};
+thread_local bool t_is_pool_worker = false;
+
+// Rate-limits the interrupt check for the calling thread of one parallel_for.
+class InterruptPoll {
+  public:
+    InterruptPoll() : check_(t_is_pool_worker ? nullptr : g_interrupt_check.load()), next_(clock::now() + kEvery) {}
+    bool fired() {
+        if (!check_ || clock::now() < next_) return false;
+        next_ = clock::now() + kEvery;
+        return check_();
+    }
+
+  private:
+    using clock = std::chrono::steady_clock;
+    static constexpr std::chrono::milliseconds kEvery{50};
+    InterruptCheck check_;
+    clock::time_point next_;
+};
+
 int default_threads() {
     if (const char* env = std::getenv("DPREC_NUM_THREADS")) {
         const int n = std::atoi(env);
@@ -28,7 +49,11 @@ int default_threads() {
 class Pool {
   public:
     explicit Pool(int n_threads) {
-        for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+        for (int i = 1; i < n_threads; ++i)
+            workers_.emplace_back([this] {
+                t_is_pool_worker = true;
+                worker_loop();
+            });
     }
     ~Pool() {
         {
@@ -51,19 +76,33 @@ class Pool {
             ++generation_;
         }
         wake_.notify_all();
-        drain(body, n_items);
+        InterruptPoll poll;
+        bool interrupted = false;
+        drain(body, n_items, [&] {
+            interrupted = interrupted || poll.fired();
+            return interrupted;
+        });
         std::unique_lock<std::mutex> lock(mutex_);
         done_.wait(lock, [this] { return active_ == 0; });
         body_ = nullptr;
         if (error_) std::rethrow_exception(error_);
+        if (interrupted) throw Interrupted();
     }
 
   private:
     // An exception in any item (e.g. std::bad_alloc) stops the remaining items and is
     // rethrown to the caller, never left to terminate a worker thread.
-    void drain(const std::function<void(size_t)>& body, size_t n_items) {
+    // `stop` is asked after each item; true ends the whole call (no new items start).
+    template <class Stop>
+    void drain(const std::function<void(size_t)>& body, size_t n_items, const Stop& stop) {
         try {
-            for (size_t i = next_.fetch_add(1); i < n_items; i = next_.fetch_add(1)) body(i);
+            for (size_t i = next_.fetch_add(1); i < n_items; i = next_.fetch_add(1)) {
+                body(i);
+                if (stop()) {
+                    next_.store(n_items);
+                    break;
+                }
+            }
         } catch (...) {
             next_.store(n_items);
             std::lock_guard<std::mutex> lock(mutex_);
@@ -83,7 +122,7 @@ class Pool {
                 body = body_;
                 n_items = n_items_;
             }
-            drain(*body, n_items);
+            drain(*body, n_items, [] { return false; });
             {
                 std::lock_guard<std::mutex> lock(mutex_);
                 --active_;
@@ -146,11 +185,17 @@ int get_num_threads() {
     return g_threads;
 }
 
+void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check); }
+
 void parallel_for(size_t n_items, const std::function<void(size_t)>& body) {
     if (n_items == 0) return;
     std::unique_lock<std::mutex> run_lock(g_run_mutex, std::try_to_lock);
     if (!run_lock.owns_lock() || n_items == 1 || get_num_threads() == 1) {
-        for (size_t i = 0; i < n_items; ++i) body(i);
+        InterruptPoll poll;
+        for (size_t i = 0; i < n_items; ++i) {
+            body(i);
+            if (i + 1 < n_items && poll.fired()) throw Interrupted();
+        }
         return;
     }
     acquire_pool()->run(n_items, body);
