@@ -68,6 +68,8 @@ def _child(queue):
 
 @requires_native
 @pytest.mark.skipif(sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods(), reason="needs fork")
+# Forking a process whose pool threads exist is the point of this test (Python >= 3.12 warns).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_kernels_work_in_a_forked_child():
     expected = rec.logits(np.ones(100_000, np.float32), 1, 0, 5, sigma=1.0, backend="cpu")  # pool is running
     ctx = multiprocessing.get_context("fork")
