@@ -817,7 +817,8 @@ class DPRECCodec:
         indices = []
         for g in layout.groups:
             phi = flats[g.tensor][g.start : g.start + g.size]
-            lg = rec.logits(phi, seed, g.group, g.bits, sigma=self._sigma, scale=scale, backend=self._backend)
+            # The update was converted and checked (finite, non-empty) as a whole above.
+            lg = rec._logits_validated(phi, seed, g.group, g.bits, self._sigma, scale, self._backend)
             indices.append(rec.sample_index(lg, rng=gen, backend=self._backend))
         return DPRECMessage(seed=seed, bits=layout.bits, indices=tuple(indices), layout_digest=layout.digest)
 

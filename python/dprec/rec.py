@@ -97,13 +97,22 @@ def logits(
     sigma = check_positive(sigma, "sigma")
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
+    return _logits_validated(phi, seed, group, bits, sigma, float(scale), backend)
+
+
+def _logits_validated(
+    phi: np.ndarray, seed: int, group: int, bits: int, sigma: float, scale: float, backend: str
+) -> np.ndarray:
+    """:func:`logits` for arguments already checked: ``phi`` a finite, non-empty, 1-D,
+    C-contiguous float32/float64 array. The codec checks a whole update once and calls
+    this per group, so that no group is scanned twice."""
     k = 1 << bits
     if _backend.resolve(backend) == "reference":
         dots = _ref.dot_products(phi, seed, group, k)
     else:
         dots = np.empty(k, dtype=np.float64)
         _backend.native().rec_dot_products(phi, seed, group, dots)
-    return dots * (float(scale) / sigma)
+    return dots * (scale / sigma)
 
 
 def gumbel_noise(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
