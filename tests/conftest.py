@@ -8,7 +8,10 @@ import pytest
 import dprec
 from dprec import _backend
 
-BACKENDS = _backend.available_backends()
+# Backends that take host (NumPy) arrays; the CUDA backend has its own tests (test_cuda.py).
+BACKENDS = [b for b in _backend.available_backends() if b != "cuda"]
+CUDA = _backend.cuda_available()
+requires_cuda = pytest.mark.skipif(not CUDA, reason=f"no CUDA backend here: {_backend.cuda_unavailable_reason()}")
 NATIVE = _backend.native_available()
 ISAS = dprec.runtime.available_isas() if NATIVE else []
 

@@ -7,6 +7,7 @@ namespace dprec::bind {
 void bind_runtime(py::module_& m);
 void bind_philox(py::module_& m);
 void bind_rec(py::module_& m);
+void bind_emulation(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -14,4 +15,5 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_runtime(m);
     dprec::bind::bind_philox(m);
     dprec::bind::bind_rec(m);
+    dprec::bind::bind_emulation(m);
 }

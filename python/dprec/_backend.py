@@ -1,20 +1,37 @@
-"""Backend selection: "cpu" (native), "reference" (pure NumPy), "cuda", "auto"."""
+"""Backend selection: "cpu" (native), "cuda" (native), "reference" (pure NumPy), "auto".
+
+"auto" follows the data: GPU arrays run on "cuda", host arrays on "cpu" (or on the
+reference when the native module is missing). Asking for a backend on data that lives
+elsewhere is an error rather than a hidden copy.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from types import ModuleType
 from typing import Any
 
 _native: ModuleType | None
 try:  # the compiled module is optional at import time so that errors are reported clearly
     from . import _core as _native
+
     _NATIVE_ERROR = ""
 except ImportError as exc:  # pragma: no cover - only on a broken install
     _native = None
     _NATIVE_ERROR = str(exc)
 
+_cuda: ModuleType | None = None
+_CUDA_IMPORT_ERROR = ""
+# Built only where a CUDA compiler was found; loading it needs no GPU or driver.
+_CUDA_BUILT = importlib.util.find_spec(f"{__package__}._cuda") is not None
+if _CUDA_BUILT:
+    try:
+        from . import _cuda
+    except ImportError as exc:  # e.g. a libstdc++ too old for the extension
+        _CUDA_IMPORT_ERROR = str(exc)
+
 BACKENDS = ("auto", "cpu", "cuda", "reference")
-CUDA_UNAVAILABLE_REASON = "the CUDA backend is not built in this version of dprec"
+_cuda_reason: str | None = None  # cached: why no device is usable ("" when one is)
 
 
 def native() -> ModuleType:
@@ -28,19 +45,71 @@ def native_available() -> bool:
     return _native is not None
 
 
-def resolve(backend: Any) -> str:
-    """Map a user's backend argument to "cpu" or "reference"."""
+def cuda_built() -> bool:
+    """True when the CUDA extension was built and imports (a GPU may still be missing)."""
+    return _cuda is not None
+
+
+def cuda_unavailable_reason() -> str:
+    """Why the CUDA backend cannot run here; '' when it can. Asks the driver once."""
+    global _cuda_reason
+    if _cuda_reason is None:
+        if not _CUDA_BUILT:
+            _cuda_reason = "this build of dprec has no CUDA backend (no CUDA compiler was found when it was built)"
+        elif _cuda is None:
+            _cuda_reason = f"the CUDA extension failed to import: {_CUDA_IMPORT_ERROR}"
+        else:
+            _cuda_reason = str(_cuda.unavailable_reason())
+    return _cuda_reason
+
+
+def cuda_available() -> bool:
+    return cuda_unavailable_reason() == ""
+
+
+def cuda_module() -> ModuleType:
+    """The compiled CUDA module (ValueError with the reason when it cannot be used)."""
+    if _cuda is None or not cuda_available():
+        raise ValueError(f"the CUDA backend is unavailable: {cuda_unavailable_reason()}")
+    return _cuda
+
+
+def _check_name(backend: Any) -> None:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "cuda":
-        raise ValueError(f"backend='cuda' is not available: {CUDA_UNAVAILABLE_REASON}")
+
+
+def resolve(backend: Any, data: str | None = None, name: str = "the input") -> str:
+    """Map a user's backend argument to "cpu", "cuda" or "reference".
+
+    ``data`` is where the call's arrays live: None for host memory, "cuda:N" for a GPU.
+    """
+    _check_name(backend)
+    on_gpu = data is not None
     if backend == "auto":
-        return "cpu" if _native is not None else "reference"
-    if backend == "cpu":
+        backend = "cuda" if on_gpu else ("cpu" if _native is not None else "reference")
+    if backend == "cuda":
+        if not cuda_available():
+            raise ValueError(f"backend='cuda' is not available: {cuda_unavailable_reason()}")
+    elif on_gpu:
+        raise ValueError(
+            f"{name} is on {data}, but backend={backend!r} runs on the host; use backend='auto' or 'cuda', "
+            "or copy the data to the host first"
+        )
+    elif backend == "cpu":
         native()
     return backend
 
 
+def check_backend(backend: Any) -> None:
+    """Validate a backend argument where no data is at hand (e.g. a codec's constructor)."""
+    _check_name(backend)
+    if backend == "cuda" and not cuda_available():
+        raise ValueError(f"backend='cuda' is not available: {cuda_unavailable_reason()}")
+    if backend == "cpu":
+        native()
+
+
 def available_backends() -> list[str]:
     """Backends usable on this machine, best first."""
-    return (["cpu"] if _native is not None else []) + ["reference"]
+    return (["cuda"] if cuda_available() else []) + (["cpu"] if _native is not None else []) + ["reference"]

@@ -1,5 +1,7 @@
 """Type stubs for the private native module dprec._core (CPU kernels)."""
 
+from types import ModuleType
+
 import numpy as np
 import numpy.typing as npt
 
@@ -34,3 +36,51 @@ def rec_accumulate(
     coefs: npt.NDArray[np.float64],
 ) -> None: ...
 def gumbel_argmax(logits: npt.NDArray[np.float64], gumbel: npt.NDArray[np.float64]) -> int: ...
+
+class _GpuEmulation(ModuleType):
+    """``_core.gpu_emulation``: the CUDA kernels' per-thread bodies run on the host (tests only)."""
+
+    @staticmethod
+    def stream_normals(
+        seed: int, substream: int, group: int, domain: int, offset: int, scale: float, out: npt.NDArray[np.float32]
+    ) -> None: ...
+    @staticmethod
+    def stream_words(
+        seed: int, substream: int, group: int, domain: int, offset: int, out: npt.NDArray[np.uint32]
+    ) -> None: ...
+    @staticmethod
+    def rec_dot_products(
+        phi: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        seed: int,
+        group: int,
+        factor: float,
+        out: npt.NDArray[np.float64],
+    ) -> None: ...
+    @staticmethod
+    def gumbel_argmax(
+        logits: npt.NDArray[np.float64], gumbel: npt.NDArray[np.float64], offsets: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]: ...
+    @staticmethod
+    def accumulate(
+        out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        group: int,
+        seeds: npt.NDArray[np.uint64],
+        indices: npt.NDArray[np.uint32],
+        coefs: npt.NDArray[np.float64],
+    ) -> None: ...
+    @staticmethod
+    def aggregate_f32(
+        out: npt.NDArray[np.float32],
+        group: int,
+        seeds: npt.NDArray[np.uint64],
+        indices: npt.NDArray[np.uint32],
+        coefs: npt.NDArray[np.float64],
+    ) -> None: ...
+    @staticmethod
+    def norm_stats(x: npt.NDArray[np.float32] | npt.NDArray[np.float64], divisor: float) -> tuple[float, float]: ...
+    @staticmethod
+    def to_float32(
+        src: npt.NDArray[np.float16] | npt.NDArray[np.uint16], kind: str, out: npt.NDArray[np.float32]
+    ) -> None: ...
+
+gpu_emulation: _GpuEmulation

@@ -8,8 +8,9 @@ the same everywhere:
 * NaN and infinity are rejected with ValueError naming the argument.
 * Empty arrays are rejected; so are sizes beyond the Philox counter layout.
 * Non-contiguous arrays are copied (never rejected).
-* PyTorch tensors are accepted on the CPU (imported lazily; torch is optional).
-  Tensors on another device raise ValueError until the CUDA backend exists.
+* PyTorch tensors are accepted on the CPU (imported lazily; torch is optional). GPU
+  arrays are taken by the functions that run on the CUDA backend (dprec._device);
+  everywhere else they raise ValueError rather than being copied to the host.
 """
 
 from __future__ import annotations
@@ -36,10 +37,7 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     """A NumPy view or copy of an array-like; torch tensors must be on the CPU."""
     if is_torch_tensor(x):
         if x.device.type != "cpu":
-            raise ValueError(
-                f"{name} is on device '{x.device}', but only CPU tensors are supported in this "
-                "version (the CUDA backend is not available)"
-            )
+            raise ValueError(f"{name} is on device '{x.device}', but a host array is needed here")
         import torch  # noqa: PLC0415 - torch is optional and imported lazily
 
         t = x.detach()
@@ -47,7 +45,7 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
             t = t.to(torch.float32)
         return t.resolve_conj().resolve_neg().numpy()
     if hasattr(x, "__cuda_array_interface__"):
-        raise ValueError(f"{name} is a GPU array, but the CUDA backend is not available in this version")
+        raise ValueError(f"{name} is a GPU array, but a host array is needed here")
     return np.asarray(x)
 
 

@@ -112,7 +112,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _backend, rec
+from . import _backend, _device, rec
 from ._validation import (
     check_bits,
     check_int,
@@ -562,16 +562,29 @@ def _check_float_dtype(dtype: Any, label: str) -> None:
         )
 
 
-def _template_info(tree: _Tree) -> tuple[list[tuple[int, ...]], list[bool]]:
-    """Shapes and torch-ness of the leaves; checks device, dtype and emptiness (not values)."""
-    shapes, torch_flags = [], []
+def _template_info(tree: _Tree) -> tuple[list[tuple[int, ...]], list[bool], str | None]:
+    """Shapes and torch-ness of the leaves, and the device they share (None: the host).
+
+    Checks device, dtype and emptiness (not values). All leaves must live on the host or
+    all on the same GPU.
+    """
+    shapes, torch_flags, places = [], [], []
     for label, leaf in zip(tree.labels, tree.leaves):
-        if is_torch_tensor(leaf):
-            if leaf.device.type != "cpu":
-                raise ValueError(
-                    f"{label} is on device '{leaf.device}', but only CPU tensors are supported in this "
-                    "version (the CUDA backend is not available)"
+        where = _device.device_of(leaf)
+        if where is not None:
+            g = _device.gpu_array(leaf, label)  # ValueError when CUDA is unusable or the leaf is strided
+            if g is None:
+                raise ValueError(f"{label} is on device '{where}', which dprec does not support (CPU or CUDA only)")
+            if g.dtype not in ("float16", "bfloat16", "float32", "float64"):
+                kind = "integer" if "int" in g.dtype else "boolean" if g.dtype == "bool" else g.dtype
+                raise TypeError(
+                    f"{label} must be a floating-point array (float16, bfloat16, float32 or float64), "
+                    f"got {kind} dtype {g.dtype}"
                 )
+            shape = g.shape
+            torch_flags.append(False)
+            places.append((label, g.label))
+        elif is_torch_tensor(leaf):
             if not leaf.is_floating_point():
                 kind = "complex" if leaf.is_complex() else "boolean" if str(leaf.dtype) == "torch.bool" else "integer"
                 raise TypeError(
@@ -580,17 +593,24 @@ def _template_info(tree: _Tree) -> tuple[list[tuple[int, ...]], list[bool]]:
                 )
             shape = tuple(int(s) for s in leaf.shape)
             torch_flags.append(True)
+            places.append((label, "cpu"))
         else:
-            if hasattr(leaf, "__cuda_array_interface__"):
-                raise ValueError(f"{label} is a GPU array, but the CUDA backend is not available in this version")
             a = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
             _check_float_dtype(a.dtype, label)
             shape = tuple(int(s) for s in a.shape)
             torch_flags.append(False)
+            places.append((label, "cpu"))
         if math.prod(shape) == 0:
             raise ValueError(f"{label} must not be empty (shape {shape})")
         shapes.append(shape)
-    return shapes, torch_flags
+    for label, where in places[1:]:
+        if where != places[0][1]:
+            raise ValueError(
+                f"{label} is on {where} but {places[0][0]} is on {places[0][1]}; "
+                "all tensors of one update must be on the same device"
+            )
+    device = places[0][1] if places and places[0][1] != "cpu" else None
+    return shapes, torch_flags, device
 
 
 def _sumsq(a: np.ndarray) -> float:
@@ -623,6 +643,24 @@ def _global_norm(arrays: list[np.ndarray], labels: list[str]) -> float:
     if m == 0.0:
         return 0.0
     total = math.fsum(_sumsq(a / m) for a in arrays)
+    return m * math.sqrt(total)
+
+
+def _gpu_global_norm(gs: list[_device.GpuArray], labels: list[str]) -> float:
+    """:func:`_global_norm` on the device: one float64 pass per tensor (and a second,
+    divided by max |x|, only when the plain sum of squares over- or underflows)."""
+    cuda = _backend.cuda_module()
+    stats = [cuda.norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, 1.0) for g in gs]
+    for (_, m), label in zip(stats, labels):
+        if not math.isfinite(m):
+            raise ValueError(f"{label} contains {'NaN' if math.isnan(m) else 'infinite'} values")
+    total = math.fsum(s for s, _ in stats)
+    if math.isfinite(total) and (total > _TINY_SUMSQ or all(m == 0.0 for _, m in stats)):
+        return math.sqrt(total)
+    m = max(m for _, m in stats)
+    if m == 0.0:
+        return 0.0
+    total = math.fsum(cuda.norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, m)[0] for g in gs)
     return m * math.sqrt(total)
 
 
@@ -681,7 +719,7 @@ class DPRECCodec:
         if max_group_size is not None:
             max_group_size = check_int(max_group_size, "max_group_size", 1, sys.maxsize)
         self._max_group_size = max_group_size
-        _backend.resolve(backend)  # validates (and rejects "cuda" while it is unavailable)
+        _backend.check_backend(backend)
         self._backend = backend
 
     # -- read-only parameters ------------------------------------------------------------
@@ -767,7 +805,7 @@ class DPRECCodec:
         Layout
         """
         tree = _flatten(template, "template")
-        shapes, _ = _template_info(tree)
+        shapes, _, _ = _template_info(tree)
         return self._make_layout(tree.names, shapes, tree.labels)
 
     # -- client ---------------------------------------------------------------------------
@@ -800,8 +838,10 @@ class DPRECCodec:
             or ``bits`` naming tensors that the update lacks.
         """
         tree = _flatten(update, "update")
-        shapes, _ = _template_info(tree)  # device, dtype and emptiness checks; the true shapes
+        shapes, _, device = _template_info(tree)  # device, dtype and emptiness checks; the true shapes
         layout = self._make_layout(tree.names, shapes, tree.labels)
+        if _backend.resolve(self._backend, device, "update") == "cuda":
+            return self._encode_gpu(tree, layout, rng, seed)
         # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous copied).
         arrays = [float_array(leaf, label, check_finite=False) for leaf, label in zip(tree.leaves, tree.labels)]
         norm = _global_norm(arrays, tree.labels)
@@ -822,6 +862,45 @@ class DPRECCodec:
             indices.append(rec.sample_index(lg, rng=gen, backend=self._backend))
         return DPRECMessage(seed=seed, bits=layout.bits, indices=tuple(indices), layout_digest=layout.digest)
 
+    def _encode_gpu(
+        self, tree: _Tree, layout: Layout, rng: np.random.Generator | None, seed: int | None
+    ) -> DPRECMessage:
+        """:meth:`encode` for an update on a GPU: the norm, the logits of every group and
+        one batched Gumbel-max run on the device; the host waits for the norm and for the
+        indices. Work runs on the stream of each tensor's framework (PyTorch's or CuPy's
+        current stream)."""
+        cuda = _backend.cuda_module()
+        gs = [_device.float_gpu_array(leaf, label) for leaf, label in zip(tree.leaves, tree.labels)]
+        norm = _gpu_global_norm(gs, tree.labels)
+        clip = self.clip_norm
+        scale = 1.0 if norm <= clip else clip / norm
+        seed = os_seed() if seed is None else check_seed(seed)
+        gen = private_rng(rng)
+        if scale < 1.0 and norm > _PRESCALE_NORM:
+            # Extreme float64 values: scale first so that no dot product overflows.
+            scaled = []
+            for g in gs:
+                out = _device.empty_like(g, g.shape, g.dtype)
+                cuda.scale_f64(g.device, g.stream, g.ptr, g.size, scale, out.ptr)
+                scaled.append(out)
+            gs, scale = scaled, 1.0
+        ks = [1 << grp.bits for grp in layout.groups]
+        offsets = np.zeros(len(ks) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum(ks)
+        first = gs[0]
+        logits = _device.empty_like(first, (int(offsets[-1]),), "float64")
+        for grp, off in zip(layout.groups, offsets[:-1]):
+            rec._logits_gpu(
+                gs[grp.tensor], grp.start, grp.size, seed, grp.group, grp.bits, self._sigma, scale,
+                logits.offset(int(off)),
+            )
+        # The same private draws, in the same order, as the CPU path's per-group calls.
+        noise = np.concatenate([rec.gumbel_noise(k, gen) for k in ks])
+        indices = cuda.gumbel_argmax(first.device, first.stream, logits.ptr, noise, offsets)
+        return DPRECMessage(
+            seed=seed, bits=layout.bits, indices=tuple(int(i) for i in indices), layout_digest=layout.digest
+        )
+
     # -- server ---------------------------------------------------------------------------
 
     def _check_message(self, msg: Any, layout: Layout, label: str) -> DPRECMessage:
@@ -838,10 +917,24 @@ class DPRECCodec:
             raise ValueError(f"{label} has bits {msg.bits}, but its layout digest announces {layout.bits}")
         return msg
 
-    def _prepare(self, template: Any) -> tuple[_Tree, Layout, list[tuple[int, ...]], list[bool]]:
+    def _prepare(self, template: Any) -> tuple[_Tree, Layout, list[tuple[int, ...]], list[bool], bool]:
+        """Flattened template, its layout, shapes, torch-ness, and whether to decode on the GPU."""
         tree = _flatten(template, "template")
-        shapes, torch_flags = _template_info(tree)
-        return tree, self._make_layout(tree.names, shapes, tree.labels), shapes, torch_flags
+        shapes, torch_flags, device = _template_info(tree)
+        on_gpu = _backend.resolve(self._backend, device, "template") == "cuda"
+        if on_gpu and device is None:
+            raise ValueError("backend='cuda' decodes into GPU arrays, but the template is on the host")
+        return tree, self._make_layout(tree.names, shapes, tree.labels), shapes, torch_flags, on_gpu
+
+    @staticmethod
+    def _gpu_outputs(tree: _Tree, shapes: list[tuple[int, ...]]) -> list[_device.GpuArray]:
+        """A float32 output per template tensor, in its framework, on its device."""
+        outs = []
+        for leaf, label, shape in zip(tree.leaves, tree.labels, shapes):
+            like = _device.gpu_array(leaf, label)
+            assert like is not None
+            outs.append(_device.empty_like(like, shape, "float32"))
+        return outs
 
     @staticmethod
     def _rebuild(tree: _Tree, arrays: list[np.ndarray], torch_flags: list[bool]) -> Any:
@@ -880,8 +973,18 @@ class DPRECCodec:
         ValueError
             If the message's layout digest does not match this codec and template.
         """
-        tree, layout, shapes, torch_flags = self._prepare(template)
+        tree, layout, shapes, torch_flags, on_gpu = self._prepare(template)
         msg = self._check_message(message, layout, "message")
+        if on_gpu:
+            cuda = _backend.cuda_module()
+            scale = float(np.float32(self._sigma))
+            outs = self._gpu_outputs(tree, shapes)
+            for g in layout.groups:
+                o = outs[g.tensor]
+                cuda.stream_normals(
+                    o.device, o.stream, msg.seed, msg.indices[g.group], g.group, 0, 0, g.size, scale, o.offset(g.start)
+                )
+            return self._rebuild(tree, [o.obj for o in outs], [False] * len(outs))
         split = {g.tensor for g in layout.groups if g.size != math.prod(shapes[g.tensor])}
         flats: list[Any] = [
             np.empty(math.prod(s), dtype=np.float32) if t in split else None for t, s in enumerate(shapes)
@@ -926,7 +1029,7 @@ class DPRECCodec:
         n = len(messages)
         if n == 0:
             raise ValueError("messages is empty")
-        tree, layout, shapes, torch_flags = self._prepare(template)
+        tree, layout, shapes, torch_flags, on_gpu = self._prepare(template)
         msgs = [self._check_message(m, layout, f"messages[{i}]") for i, m in enumerate(messages)]
         if weights is None:
             w = np.full(n, 1.0 / n)
@@ -941,6 +1044,14 @@ class DPRECCodec:
                 raise ValueError("weights contains NaN or infinite values")
         seeds = np.array([m.seed for m in msgs], dtype=np.uint64)
         idx = np.array([m.indices for m in msgs], dtype=np.uint32)  # (n, G)
+        if on_gpu:
+            cuda = _backend.cuda_module()
+            outs = self._gpu_outputs(tree, shapes)
+            for g in layout.groups:
+                o = outs[g.tensor]
+                _, s_u, k_u, coefs = rec._client_params(g.group, seeds, idx[:, g.group], self._sigma, w)
+                cuda.aggregate_f32(o.device, o.stream, o.offset(g.start), g.size, g.group, s_u, k_u, coefs)
+            return self._rebuild(tree, [o.obj for o in outs], [False] * len(outs))
         flats = [np.empty(math.prod(s), dtype=np.float32) for s in shapes]
         for g in layout.groups:
             acc = np.zeros(g.size, dtype=np.float64)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend
+from . import _backend, _device
 from ._validation import check_int, check_seed, check_u32
 from .constants import MAX_STREAM_ELEMENTS, NORMAL_TRANSFORM_VERSION
 from .reference import philox as _ref
@@ -44,6 +44,8 @@ def philox4x32(counter: Any, key: Any, *, backend: str = "auto") -> np.ndarray:
         raise ValueError(f"key must have shape (2,), got {k.shape}")
     c = np.ascontiguousarray(c, dtype=np.uint32)
     k = k.astype(np.uint32)
+    if backend == "cuda":
+        raise ValueError("philox4x32 runs on the host only (backend 'auto', 'cpu' or 'reference'); use words(out=...) on a GPU")
     if _backend.resolve(backend) == "reference":
         return _ref.philox4x32(c, k)
     out = np.empty_like(c)
@@ -64,16 +66,63 @@ def _check_stream(seed: Any, count: Any, substream: Any, group: Any, domain: Any
 
 
 def words(
-    seed: int, count: int, *, substream: int = 0, group: int = 0, domain: int = 0, offset: int = 0, backend: str = "auto"
-) -> np.ndarray:
-    """Elements ``offset .. offset + count - 1`` of a stream as raw uint32 words."""
+    seed: int,
+    count: int,
+    *,
+    substream: int = 0,
+    group: int = 0,
+    domain: int = 0,
+    offset: int = 0,
+    out: Any = None,
+    backend: str = "auto",
+) -> Any:
+    """Elements ``offset .. offset + count - 1`` of a stream as raw uint32 words.
+
+    ``out`` (optional): a C-contiguous uint32 array of ``count`` elements to fill, on the
+    host or on a GPU (filled there, on the caller's stream); it is returned.
+    """
     seed, count, substream, group, domain, offset = _check_stream(seed, count, substream, group, domain, offset)
+    g = _gpu_out(out, count, "uint32", backend)
+    if g is not None:
+        _backend.cuda_module().stream_words(g.device, g.stream, seed, substream, group, domain, offset, count, g.ptr)
+        return g.obj
+    host = _host_out(out, count, np.uint32)
     if _backend.resolve(backend) == "reference":
-        return _ref.stream_words(seed, count, substream, group, domain, offset)
-    out = np.empty(count, dtype=np.uint32)
-    if count:
-        _backend.native().stream_words(seed, substream, group, domain, offset, out)
-    return out
+        host[...] = _ref.stream_words(seed, count, substream, group, domain, offset)
+    elif count:
+        _backend.native().stream_words(seed, substream, group, domain, offset, host)
+    return host
+
+
+def _gpu_out(out: Any, count: int, dtype: str, backend: str) -> _device.GpuArray | None:
+    """The checked GPU view of ``out`` (None for host output); backend "cuda" without
+    ``out`` allocates a :class:`dprec.cuda.DeviceArray` on device 0."""
+    g = _device.gpu_array(out, "out") if out is not None else None
+    if _backend.resolve(backend, g.label if g else None, "out") != "cuda":
+        return None
+    if g is None:
+        return _device.new_device_array(0, _device.LEGACY_DEFAULT_STREAM, (count,), dtype)
+    if g.dtype != dtype:
+        raise TypeError(f"out must have dtype {dtype}, got {g.dtype}")
+    if g.size != count:
+        raise ValueError(f"out must have {count} elements, got {g.size}")
+    if g.readonly:
+        raise ValueError("out is read-only")
+    return g
+
+
+def _host_out(out: Any, count: int, dtype: Any) -> np.ndarray:
+    if out is None:
+        return np.empty(count, dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray or a GPU array, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
+    if out.size != count:
+        raise ValueError(f"out must have {count} elements, got {out.size}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    return out.reshape(-1)
 
 
 def uniforms(
@@ -93,13 +142,23 @@ def uniforms(
     or above 0.5, so values there are rounded toward zero (see
     :func:`dprec.reference.philox.words_to_uniform`); they are never 0 or 1.
     """
+    if backend == "cuda":
+        raise ValueError("uniforms runs on the host only (backend 'auto', 'cpu' or 'reference')")
     w = words(seed, count, substream=substream, group=group, domain=domain, offset=offset, backend=backend)
     return _ref.words_to_uniform(w, dtype)
 
 
 def normals(
-    seed: int, count: int, *, substream: int = 0, group: int = 0, domain: int = 0, offset: int = 0, backend: str = "auto"
-) -> np.ndarray:
+    seed: int,
+    count: int,
+    *,
+    substream: int = 0,
+    group: int = 0,
+    domain: int = 0,
+    offset: int = 0,
+    out: Any = None,
+    backend: str = "auto",
+) -> Any:
     """Standard normals ``offset .. offset + count - 1`` of a stream, float32.
 
     Words (0, 1) and (2, 3) of each block give two normals each by the Box-Muller
@@ -108,11 +167,20 @@ def normals(
     float64 Box-Muller on the same uniforms the absolute error is below 1e-6
     (measured maximum over all 2**24 radius inputs and all 2**24 angle inputs: radius
     relative error 1.0e-7, cosine and sine absolute error 9.0e-8).
+
+    ``out`` (optional): a C-contiguous float32 array of ``count`` elements to fill, on
+    the host or on a GPU (filled there, on the caller's stream); it is returned.
     """
     seed, count, substream, group, domain, offset = _check_stream(seed, count, substream, group, domain, offset)
+    g = _gpu_out(out, count, "float32", backend)
+    if g is not None:
+        _backend.cuda_module().stream_normals(
+            g.device, g.stream, seed, substream, group, domain, offset, count, 1.0, g.ptr
+        )
+        return g.obj
+    host = _host_out(out, count, np.float32)
     if _backend.resolve(backend) == "reference":
-        return _ref.stream_normals(seed, count, substream, group, offset, domain)
-    out = np.empty(count, dtype=np.float32)
-    if count:
-        _backend.native().stream_normals(seed, substream, group, domain, offset, 1.0, out)
-    return out
+        host[...] = _ref.stream_normals(seed, count, substream, group, offset, domain)
+    elif count:
+        _backend.native().stream_normals(seed, substream, group, domain, offset, 1.0, host)
+    return host

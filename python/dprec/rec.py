@@ -8,6 +8,11 @@ of the Philox stream ``(seed, substream=k, group=g, domain=0)``. For a clipped u
 against ``p = N(0, sigma^2 I)`` is, up to a constant, ``<z_k, phi> / sigma``.
 
 Most users want :class:`dprec.DPRECCodec`; these functions are its building blocks.
+
+GPU arrays (PyTorch CUDA tensors, CuPy arrays, ``__cuda_array_interface__`` or
+``__dlpack__`` producers) run on the CUDA backend, on the caller's current stream, and
+results come back in the caller's framework on the same device (see :mod:`dprec.cuda`).
+Candidates are bit-identical to the CPU's; logits agree to float64 rounding.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend
+from . import _backend, _device
 from ._validation import (
     check_bits,
     check_index,
@@ -29,10 +34,19 @@ from ._validation import (
 )
 from .reference import rec as _ref
 
-__all__ = ["candidate", "logits", "gumbel_noise", "sample_index", "encode_group", "accumulate"]
+__all__ = ["candidate", "logits", "gumbel_noise", "sample_index", "sample_indices", "encode_group", "accumulate"]
 
 
-def candidate(seed: int, group: int, index: int, size: int, *, sigma: float = 1.0, backend: str = "auto") -> np.ndarray:
+def candidate(
+    seed: int,
+    group: int,
+    index: int,
+    size: int,
+    *,
+    sigma: float = 1.0,
+    out: Any = None,
+    backend: str = "auto",
+) -> Any:
     """Regenerate candidate ``index`` of a group: ``float32(sigma) * z_index``, in O(size).
 
     This is the server's decode of one group: only candidate ``index`` is generated.
@@ -47,27 +61,67 @@ def candidate(seed: int, group: int, index: int, size: int, *, sigma: float = 1.
         Elements in the group, 1 .. 2**34.
     sigma : float
         Prior standard deviation (> 0).
-    backend : {"auto", "cpu", "reference"}
+    out : array, optional
+        A C-contiguous float32 array of ``size`` elements to write into: a NumPy array,
+        or a GPU array (decoded on its device, on the caller's stream). Returned.
+    backend : {"auto", "cpu", "cuda", "reference"}
+        "auto" follows ``out``; ``backend="cuda"`` without ``out`` returns a
+        :class:`dprec.cuda.DeviceArray` on device 0.
 
     Returns
     -------
-    numpy.ndarray of float32, shape (size,)
+    ``out``, or a new numpy.ndarray of float32, shape (size,)
     """
     seed = check_seed(seed)
     group = check_u32(group, "group")
     index = check_index(index, 24)
     size = check_size(size, "size")
     sigma = check_positive(sigma, "sigma")
-    if _backend.resolve(backend) == "reference":
-        return _ref.candidate(seed, group, index, size, sigma)
-    out = np.empty(size, dtype=np.float32)
-    _backend.native().stream_normals(seed, index, group, 0, 0, float(np.float32(sigma)), out)
-    return out
+    scale = float(np.float32(sigma))
+    g = _device.gpu_array(out, "out") if out is not None else None
+    which = _backend.resolve(backend, g.label if g else None, "out")
+    if which == "cuda":
+        if g is None:
+            g = _device.new_device_array(0, _device.LEGACY_DEFAULT_STREAM, (size,), "float32")
+        else:
+            _check_gpu_out(g, size, ("float32",))
+        _backend.cuda_module().stream_normals(g.device, g.stream, seed, index, group, 0, 0, size, scale, g.ptr)
+        return g.obj
+    host = _host_out(out, size, np.float32)
+    if which == "reference":
+        host[...] = _ref.candidate(seed, group, index, size, sigma)
+    else:
+        _backend.native().stream_normals(seed, index, group, 0, 0, scale, host)
+    return host
+
+
+def _check_gpu_out(g: _device.GpuArray, size: int, dtypes: tuple[str, ...], name: str = "out") -> None:
+    if g.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {g.dtype}")
+    if g.size != size:
+        raise ValueError(f"{name} must have {size} elements, got {g.size}")
+    if g.readonly:
+        raise ValueError(f"{name} is read-only")
+
+
+def _host_out(out: Any, size: int, dtype: Any) -> np.ndarray:
+    """``out`` checked as a writeable C-contiguous host array of ``size`` elements, or a new one."""
+    if out is None:
+        return np.empty(size, dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray or a GPU array, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
+    if out.size != size:
+        raise ValueError(f"out must have {size} elements, got {out.size}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    return out.reshape(-1)
 
 
 def logits(
     phi: Any, seed: int, group: int, bits: int, *, sigma: float, scale: float = 1.0, backend: str = "auto"
-) -> np.ndarray:
+) -> Any:
     """Log-likelihood ratios ``l_k = scale * <z_k, phi> / sigma`` for ``k < 2**bits``.
 
     Computed tile by tile without materialising the ``K x d`` candidates, accumulated in
@@ -78,6 +132,8 @@ def logits(
     ----------
     phi : array_like, 1-D
         The (clipped) update of this group; float16/bfloat16 are converted to float32.
+        A GPU array is processed on its device; checking that it is finite makes this
+        call wait for the caller's stream once.
     seed, group, bits : int
         Stream seed, group id and bits (K = 2**bits, 1 <= bits <= 24).
     sigma : float
@@ -87,25 +143,36 @@ def logits(
 
     Returns
     -------
-    numpy.ndarray of float64, shape (2**bits,)
+    float64 array of shape (2**bits,): NumPy for host input; for GPU input an array of
+    the caller's framework on the same device.
     """
-    phi = float_array(phi, "phi").reshape(-1)
-    check_size(phi.size, "phi.size")
     seed = check_seed(seed)
     group = check_u32(group, "group")
     bits = check_bits(bits)
     sigma = check_positive(sigma, "sigma")
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
+    g = _device.float_gpu_array(phi, "phi")
+    if g is not None:
+        _backend.resolve(backend, g.label, "phi")
+        check_size(g.size, "phi.size")
+        _, maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, 1.0)
+        if not np.isfinite(maxabs):
+            raise ValueError(f"phi contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
+        out = _device.empty_like(g, (1 << bits,), "float64")
+        _logits_gpu(g, 0, g.size, seed, group, bits, sigma, float(scale), out.ptr)
+        return out.obj
+    phi = float_array(phi, "phi").reshape(-1)
+    check_size(phi.size, "phi.size")
     return _logits_validated(phi, seed, group, bits, sigma, float(scale), backend)
 
 
 def _logits_validated(
     phi: np.ndarray, seed: int, group: int, bits: int, sigma: float, scale: float, backend: str
 ) -> np.ndarray:
-    """:func:`logits` for arguments already checked: ``phi`` a finite, non-empty, 1-D,
-    C-contiguous float32/float64 array. The codec checks a whole update once and calls
-    this per group, so that no group is scanned twice."""
+    """:func:`logits` for host arguments already checked: ``phi`` a finite, non-empty,
+    1-D, C-contiguous float32/float64 array. The codec checks a whole update once and
+    calls this per group, so that no group is scanned twice."""
     k = 1 << bits
     if _backend.resolve(backend) == "reference":
         dots = _ref.dot_products(phi, seed, group, k)
@@ -113,6 +180,16 @@ def _logits_validated(
         dots = np.empty(k, dtype=np.float64)
         _backend.native().rec_dot_products(phi, seed, group, dots)
     return dots * (scale / sigma)
+
+
+def _logits_gpu(
+    g: _device.GpuArray, start: int, size: int, seed: int, group: int, bits: int, sigma: float, scale: float, out: int
+) -> None:
+    """Logits of ``g[start:start + size]`` into the float64 device pointer ``out``
+    (asynchronous, on ``g``'s stream); arguments already checked."""
+    _backend.cuda_module().rec_dot_products(
+        g.device, g.stream, g.offset(start), g.dtype, size, seed, group, 1 << bits, scale / sigma, out
+    )
 
 
 def gumbel_noise(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -128,6 +205,34 @@ def gumbel_noise(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
+def _noise(n: int, rng: np.random.Generator | None, gumbel: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Gumbel noise of ``shape`` (n values): drawn privately, or the caller's (host) array."""
+    if gumbel is None:
+        return gumbel_noise(n, rng).reshape(shape)
+    if rng is not None:
+        raise ValueError("pass either rng or gumbel, not both")
+    if _device.is_gpu_array(gumbel):
+        raise ValueError("gumbel must be a host (NumPy) array: the private noise is drawn on the host and uploaded")
+    g = float_array(gumbel, "gumbel").astype(np.float64, copy=False)
+    if g.size != n or (len(shape) > 1 and g.shape != shape):
+        raise ValueError(f"gumbel must have the shape of logits {shape}, got {g.shape}")
+    return np.ascontiguousarray(g.reshape(shape))
+
+
+def _gpu_logits(logits: Any, ndim: int) -> _device.GpuArray | None:
+    g = _device.gpu_array(logits, "logits")
+    if g is None:
+        return None
+    if g.dtype != "float64":
+        raise TypeError(f"logits on the GPU must be float64 (as rec.logits returns them), got {g.dtype}")
+    if len(g.shape) != ndim or g.size == 0:
+        raise ValueError(f"logits must be a non-empty {ndim}-D array, got shape {g.shape}")
+    _, maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, 1.0)
+    if not np.isfinite(maxabs):
+        raise ValueError(f"logits contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
+    return g
+
+
 def sample_index(
     logits: Any,
     *,
@@ -140,23 +245,82 @@ def sample_index(
     Parameters
     ----------
     logits : array_like, 1-D
+        Host or GPU (float64) array; on a GPU the argmax runs there and the call waits
+        for the caller's stream.
     rng : numpy.random.Generator, optional
         Source of the private Gumbel noise; default: fresh OS entropy.
     gumbel : array_like, optional
-        Explicit Gumbel noise (same length as logits), for tests; excludes ``rng``.
+        Explicit Gumbel noise (same length as logits, on the host), for tests; excludes
+        ``rng``.
     """
-    lg = float_array(logits, "logits").astype(np.float64, copy=False).reshape(-1)
-    if gumbel is None:
-        g = gumbel_noise(lg.size, rng)
+    if gumbel is not None and not _device.is_gpu_array(gumbel):
+        gumbel = float_array(gumbel, "gumbel").reshape(1, -1)
+    return int(sample_indices(_as_row(logits), rng=rng, gumbel=gumbel, backend=backend)[0])
+
+
+def _as_row(logits: Any) -> Any:
+    """A 1-D logits vector as a (1, K) batch, without copying GPU arrays."""
+    if _device.is_gpu_array(logits):
+        g = _gpu_logits(logits, 1)
+        assert g is not None
+        return _Batch(g, (1, g.size))
+    return float_array(logits, "logits").astype(np.float64, copy=False).reshape(1, -1)
+
+
+class _Batch:
+    """A GPU logits vector viewed as (G, K), for sample_indices."""
+
+    def __init__(self, g: _device.GpuArray, shape: tuple[int, int]) -> None:
+        self.g, self.shape = g, shape
+
+
+def sample_indices(
+    logits: Any,
+    *,
+    rng: np.random.Generator | None = None,
+    gumbel: Any = None,
+    backend: str = "auto",
+) -> np.ndarray:
+    """Batched Gumbel-max: one index per row of a ``(G, K)`` logits array.
+
+    Row ``g`` gets ``argmax_k (logits[g, k] + G_{g,k})`` (first index on ties). The
+    noise is drawn on the host from private randomness, row after row, so row ``g``
+    gets the same noise as the ``g``-th of G consecutive :func:`sample_index` calls with
+    the same ``rng``. GPU logits are reduced on their device in one kernel launch.
+
+    Parameters
+    ----------
+    logits : array_like, shape (G, K)
+        Host array, or a float64 GPU array.
+    rng, gumbel : as in :func:`sample_index`; ``gumbel`` has shape (G, K).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (G,)
+    """
+    if isinstance(logits, _Batch):
+        g, shape = logits.g, logits.shape
     else:
-        if rng is not None:
-            raise ValueError("pass either rng or gumbel, not both")
-        g = float_array(gumbel, "gumbel").astype(np.float64, copy=False).reshape(-1)
-        if g.size != lg.size:
-            raise ValueError(f"gumbel must have the length of logits ({lg.size}), got {g.size}")
-    if _backend.resolve(backend) == "reference":
-        return _ref.gumbel_argmax(lg, g)
-    return int(_backend.native().gumbel_argmax(np.ascontiguousarray(lg), np.ascontiguousarray(g)))
+        g = _gpu_logits(logits, 2)
+        shape = g.shape if g is not None else ()
+    if g is not None:
+        _backend.resolve(backend, g.label, "logits")
+        n_groups, k = shape
+        noise = _noise(n_groups * k, rng, gumbel, (n_groups, k))
+        offsets = np.arange(0, n_groups * k + 1, k, dtype=np.int64)
+        return _backend.cuda_module().gumbel_argmax(g.device, g.stream, g.ptr, noise.reshape(-1), offsets)
+    lg = float_array(logits, "logits").astype(np.float64, copy=False)
+    if lg.ndim != 2:
+        raise ValueError(f"logits must be 2-D (groups, candidates), got shape {lg.shape}")
+    noise = _noise(lg.size, rng, gumbel, lg.shape)
+    which = _backend.resolve(backend)
+    out = np.empty(lg.shape[0], dtype=np.int64)
+    for row in range(lg.shape[0]):
+        if which == "reference":
+            out[row] = _ref.gumbel_argmax(lg[row], noise[row])
+        else:
+            out[row] = _backend.native().gumbel_argmax(np.ascontiguousarray(lg[row]), noise[row])
+    return out
 
 
 def encode_group(
@@ -199,7 +363,7 @@ def _uint_array(values: Any, name: str, dtype: Any, check: Any) -> np.ndarray:
 
 
 def accumulate(
-    out: np.ndarray,
+    out: Any,
     group: int,
     seeds: Any,
     indices: Any,
@@ -207,7 +371,7 @@ def accumulate(
     sigma: Any,
     weights: Any = None,
     backend: str = "auto",
-) -> np.ndarray:
+) -> Any:
     """Server aggregation of one group in one pass: ``out += sum_c w_c sigma_c z_{c}``.
 
     ``z_c`` is candidate ``indices[c]`` of stream ``seeds[c]``. Clients are added in the
@@ -216,19 +380,45 @@ def accumulate(
 
     Parameters
     ----------
-    out : numpy.ndarray, float32 or float64, 1-D, C-contiguous, writeable
-        Accumulator, updated in place and returned.
+    out : float32 or float64 array, C-contiguous, writeable
+        Accumulator, updated in place and returned: a 1-D NumPy array, or a GPU array
+        (any shape; flat order), which is updated on its device and stream. The GPU
+        computes every element exactly as the CPU does, so the results are bit-identical.
     group : int
     seeds : array_like of uint64, shape (n,)
     indices : array_like of int, shape (n,), each < 2**24
     sigma : float or array_like, shape (n,)
     weights : array_like, shape (n,), optional (default 1)
     """
-    if not isinstance(out, np.ndarray) or out.dtype not in (np.float32, np.float64):
-        raise TypeError("out must be a float32 or float64 numpy.ndarray")
-    if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be a 1-D, C-contiguous, writeable array")
-    check_size(out.size, "out.size")
+    g = _device.gpu_array(out, "out")
+    if g is not None:
+        which = _backend.resolve(backend, g.label, "out")
+        if g.dtype not in ("float32", "float64"):
+            raise TypeError(f"out must be a float32 or float64 array, got {g.dtype}")
+        if g.readonly:
+            raise ValueError("out is read-only")
+        check_size(g.size, "out.size")
+    else:
+        if not isinstance(out, np.ndarray) or out.dtype not in (np.float32, np.float64):
+            raise TypeError("out must be a float32 or float64 numpy.ndarray, or such a GPU array")
+        if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a 1-D, C-contiguous, writeable array")
+        check_size(out.size, "out.size")
+        which = _backend.resolve(backend)
+    group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights)
+    if g is not None:
+        _backend.cuda_module().accumulate(g.device, g.stream, g.ptr, g.dtype, g.size, group, seeds_u, idx_u, coefs)
+    elif which == "reference":
+        _ref.accumulate(out, group, seeds_u, idx_u, coefs)
+    else:
+        _backend.native().rec_accumulate(out, group, seeds_u, idx_u, coefs)
+    return out
+
+
+def _client_params(
+    group: Any, seeds: Any, indices: Any, sigma: Any, weights: Any
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """Checked (group, seeds uint64, indices uint32, coefs = weights * sigma float64)."""
     group = check_u32(group, "group")
     seeds_u = _uint_array(seeds, "seeds", np.uint64, check_seed)
     n = seeds_u.size
@@ -245,9 +435,4 @@ def accumulate(
         raise ValueError(f"weights must have shape ({n},), got {w.shape}")
     if not np.isfinite(w).all():
         raise ValueError("weights contains NaN or infinite values")
-    coefs = np.ascontiguousarray(w * sig)
-    if _backend.resolve(backend) == "reference":
-        _ref.accumulate(out, group, seeds_u, idx_u, coefs)
-    else:
-        _backend.native().rec_accumulate(out, group, seeds_u, idx_u, coefs)
-    return out
+    return group, np.ascontiguousarray(seeds_u), np.ascontiguousarray(idx_u), np.ascontiguousarray(w * sig)

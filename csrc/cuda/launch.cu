@@ -1,0 +1,231 @@
+// Launchers: grid shapes from the plans in kernel_bodies.h, stream-ordered scratch
+// memory, and error checks. Nothing here synchronises unless launch.h says so.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_check.h"
+#include "kernels.cuh"
+#include "launch.h"
+
+namespace dprec::cuda {
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr unsigned kLlrThreads = 128;  // K >= 128 keeps a block on one segment
+
+cudaStream_t as_stream(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+unsigned grid_for(uint64_t n_threads, unsigned block) {
+    const uint64_t g = gpu::ceil_div(n_threads, block);
+    if (g > 0x7fffffffu) throw std::invalid_argument("problem too large for one CUDA grid");
+    return static_cast<unsigned>(g);
+}
+
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+// Device memory freed in stream order when it goes out of scope: the kernels that use it
+// are already queued on the same stream, so the host never waits for them.
+class Scratch {
+  public:
+    Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+        check(cudaMallocAsync(&ptr_, bytes ? bytes : 1, stream), "cudaMallocAsync (scratch)");
+    }
+    Scratch(Scratch&& other) noexcept : ptr_(other.ptr_), stream_(other.stream_) { other.ptr_ = nullptr; }
+    ~Scratch() {
+        if (ptr_) cudaFreeAsync(ptr_, stream_);
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    Scratch& operator=(Scratch&&) = delete;
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+
+  private:
+    void* ptr_ = nullptr;
+    cudaStream_t stream_;
+};
+
+template <class T>
+Scratch upload(const T* host, uint64_t n, cudaStream_t stream) {
+    Scratch s(n * sizeof(T), stream);
+    // From pageable memory the call returns once the data is staged, so `host` may go.
+    check(cudaMemcpyAsync(s.as<T>(), host, n * sizeof(T), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync (upload)");
+    return s;
+}
+
+// Column sums of partial (rows x cols) in fixed order, level by level, into out * factor.
+void reduce_columns(const double* partial, uint64_t rows, uint64_t cols, double factor, double* out,
+                    cudaStream_t stream) {
+    if (rows == 0 || cols == 0) throw std::invalid_argument("reduce_columns: empty partial sums");
+    std::vector<Scratch> levels;
+    const double* in = partial;
+    for (;;) {
+        const uint64_t out_rows = gpu::ceil_div(rows, gpu::kReduceRows);
+        double* dst = out;
+        if (out_rows > 1) {
+            levels.emplace_back(out_rows * cols * sizeof(double), stream);
+            dst = levels.back().as<double>();
+        }
+        const uint64_t n = out_rows * cols;
+        kernels::reduce_rows<<<grid_for(n, kThreads), kThreads, 0, stream>>>(n, in, rows, cols, factor, dst);
+        check_launch("reduce_rows");
+        if (out_rows == 1) break;
+        in = dst;
+        rows = out_rows;
+    }
+}
+
+}  // namespace
+
+void stream_normals(int device, Stream stream, uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain,
+                    uint64_t offset, uint64_t count, float scale, float* out) {
+    const uint64_t n = gpu::stream_threads(offset, count);
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    kernels::stream_normals<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(n, seed, substream, group,
+                                                                                      domain, offset, count, scale, out);
+    check_launch("stream_normals");
+}
+
+void stream_words(int device, Stream stream, uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain,
+                  uint64_t offset, uint64_t count, uint32_t* out) {
+    const uint64_t n = gpu::stream_threads(offset, count);
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    kernels::stream_words<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(n, seed, substream, group, domain,
+                                                                                    offset, count, out);
+    check_launch("stream_words");
+}
+
+template <class T>
+void rec_dot_products(int device, Stream stream, const T* phi, uint64_t d, uint64_t seed, uint32_t group,
+                      uint32_t n_candidates, double factor, double* out) {
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    const gpu::LlrPlan plan = gpu::make_llr_plan(d, n_candidates);
+    Scratch partial(plan.n_threads() * sizeof(double), s);
+    kernels::llr<T><<<grid_for(plan.n_threads(), kLlrThreads), kLlrThreads, 0, s>>>(plan, phi, seed, group,
+                                                                                   partial.as<double>());
+    check_launch("llr");
+    reduce_columns(partial.as<double>(), plan.n_segments, n_candidates, factor, out, s);
+}
+
+void generate_only(int device, Stream stream, uint64_t d, uint64_t seed, uint32_t group, uint32_t n_candidates) {
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    const gpu::LlrPlan plan = gpu::make_llr_plan(d, n_candidates);
+    Scratch scratch(plan.n_threads() * sizeof(float), s);
+    kernels::generate_only<<<grid_for(plan.n_threads(), kLlrThreads), kLlrThreads, 0, s>>>(plan, seed, group,
+                                                                                          scratch.as<float>());
+    check_launch("generate_only");
+}
+
+void gumbel_argmax(int device, Stream stream, const double* logits, const double* gumbel_host,
+                   const int64_t* offsets_host, uint64_t n_groups, int64_t* out_host) {
+    if (n_groups == 0) return;
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    const uint64_t n = static_cast<uint64_t>(offsets_host[n_groups]);
+    Scratch gumbel = upload(gumbel_host, n, s);
+    Scratch offsets = upload(offsets_host, n_groups + 1, s);
+    Scratch result(n_groups * sizeof(int64_t), s);
+    kernels::gumbel_argmax<<<grid_for(n_groups, kThreads), kThreads, 0, s>>>(
+        n_groups, logits, gumbel.as<double>(), offsets.as<int64_t>(), result.as<int64_t>());
+    check_launch("gumbel_argmax");
+    check(cudaMemcpyAsync(out_host, result.as<int64_t>(), n_groups * sizeof(int64_t), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync (indices)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+namespace {
+struct ClientParams {
+    Scratch seeds, indices, coefs;
+    ClientParams(const uint64_t* s, const uint32_t* k, const double* c, uint64_t n, cudaStream_t st)
+        : seeds(upload(s, n, st)), indices(upload(k, n, st)), coefs(upload(c, n, st)) {}
+};
+}  // namespace
+
+void accumulate_f32(int device, Stream stream, float* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    ClientParams p(seeds_host, indices_host, coefs_host, n_clients, s);
+    const uint64_t n = gpu::ceil_div(d, 4);
+    kernels::accumulate_f32<<<grid_for(n, kThreads), kThreads, 0, s>>>(
+        n, out, d, group, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>(), n_clients);
+    check_launch("accumulate_f32");
+}
+
+void accumulate_f64(int device, Stream stream, double* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    ClientParams p(seeds_host, indices_host, coefs_host, n_clients, s);
+    const uint64_t n = gpu::ceil_div(d, 4);
+    kernels::accumulate_f64<<<grid_for(n, kThreads), kThreads, 0, s>>>(
+        n, out, nullptr, d, group, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>(), n_clients);
+    check_launch("accumulate_f64");
+}
+
+void aggregate_f32(int device, Stream stream, float* out_f32, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                   const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    ClientParams p(seeds_host, indices_host, coefs_host, n_clients, s);
+    const uint64_t n = gpu::ceil_div(d, 4);
+    kernels::accumulate_f64<<<grid_for(n, kThreads), kThreads, 0, s>>>(
+        n, nullptr, out_f32, d, group, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>(),
+        n_clients);
+    check_launch("aggregate_f32");
+}
+
+template <class T>
+void norm_stats(int device, Stream stream, const T* x, uint64_t n, double divisor, double* sumsq_host,
+                double* maxabs_host) {
+    DeviceGuard guard(device);
+    const cudaStream_t s = as_stream(stream);
+    const uint64_t threads = gpu::norm_threads(n);
+    Scratch sums(threads * sizeof(double), s);
+    Scratch maxs(threads * sizeof(double), s);
+    Scratch result(2 * sizeof(double), s);
+    kernels::norm_stats<T><<<grid_for(threads, kThreads), kThreads, 0, s>>>(threads, x, n, divisor,
+                                                                           sums.as<double>(), maxs.as<double>());
+    check_launch("norm_stats");
+    reduce_columns(sums.as<double>(), threads, 1, 1.0, result.as<double>(), s);
+    kernels::max_abs_reduce<<<1, 1, 0, s>>>(maxs.as<double>(), threads, result.as<double>() + 1);
+    check_launch("max_abs_reduce");
+    double host[2];
+    check(cudaMemcpyAsync(host, result.as<double>(), sizeof host, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (norm)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    *sumsq_host = host[0];
+    *maxabs_host = host[1];
+}
+
+void to_float32(int device, Stream stream, const void* src, SourceType type, uint64_t n, float* dst) {
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    const int code = type == SourceType::kFloat16 ? 0 : type == SourceType::kBFloat16 ? 1 : 2;
+    kernels::to_float32<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(n, src, code, dst);
+    check_launch("to_float32");
+}
+
+void scale_f64(int device, Stream stream, const double* src, uint64_t n, double factor, double* dst) {
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    kernels::scale_f64<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(n, src, factor, dst);
+    check_launch("scale_f64");
+}
+
+template void rec_dot_products<float>(int, Stream, const float*, uint64_t, uint64_t, uint32_t, uint32_t, double,
+                                      double*);
+template void rec_dot_products<double>(int, Stream, const double*, uint64_t, uint64_t, uint32_t, uint32_t, double,
+                                       double*);
+template void norm_stats<float>(int, Stream, const float*, uint64_t, double, double*, double*);
+template void norm_stats<double>(int, Stream, const double*, uint64_t, double, double*, double*);
+
+}  // namespace dprec::cuda

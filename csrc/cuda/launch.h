@@ -1,0 +1,71 @@
+// CUDA launchers: plain C++ declarations (no CUDA headers), so that the pybind11 layer
+// compiles with the host compiler alone. Every launcher runs on `stream` of `device`
+// (a cudaStream_t passed as an integer; 0 is the legacy default stream), enqueues its
+// work asynchronously and returns, unless it says it synchronises. Pointers are device
+// pointers unless named *_host; the binding layer has checked that they are on `device`.
+// Errors throw std::runtime_error with the CUDA message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dprec::cuda {
+
+using Stream = uintptr_t;
+
+// -- runtime (device.cpp) -----------------------------------------------------------------
+int device_count();                 // 0 when there is no usable device
+std::string unavailable_reason();   // "" when at least one device is usable
+std::string device_name(int device);
+int runtime_version();
+int driver_version();               // 0 without a driver
+// The device that owns `ptr` (device or managed memory), or -1 for host / unknown memory.
+int pointer_device(uintptr_t ptr);
+uintptr_t device_malloc(int device, size_t bytes);
+void device_free(int device, uintptr_t ptr) noexcept;
+void copy_to_host(int device, Stream stream, uintptr_t src, void* dst_host, size_t bytes);  // synchronises
+void copy_to_device(int device, Stream stream, const void* src_host, uintptr_t dst, size_t bytes);
+void memset_zero(int device, Stream stream, uintptr_t dst, size_t bytes);
+void synchronize(int device, Stream stream);
+
+// -- kernels (launch.cu) ------------------------------------------------------------------
+void stream_normals(int device, Stream stream, uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain,
+                    uint64_t offset, uint64_t count, float scale, float* out);
+void stream_words(int device, Stream stream, uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain,
+                  uint64_t offset, uint64_t count, uint32_t* out);
+
+// out[k] = factor * sum_i z_{group,k}[i] phi[i], k < n_candidates (float64 on the device).
+template <class T>
+void rec_dot_products(int device, Stream stream, const T* phi, uint64_t d, uint64_t seed, uint32_t group,
+                      uint32_t n_candidates, double factor, double* out);
+
+// The generate-only speed limit of rec_dot_products (benchmarks): same normals, no phi.
+void generate_only(int device, Stream stream, uint64_t d, uint64_t seed, uint32_t group, uint32_t n_candidates);
+
+// Gumbel-max for n_groups groups at once: group g's logits are logits[offsets[g] ..
+// offsets[g+1]); the noise is uploaded from the host. Synchronises; indices to out_host.
+void gumbel_argmax(int device, Stream stream, const double* logits, const double* gumbel_host,
+                   const int64_t* offsets_host, uint64_t n_groups, int64_t* out_host);
+
+// out[i] += coef[c] * z_{seeds[c], group, indices[c]}[i], clients in order (see kernel_bodies.h).
+void accumulate_f32(int device, Stream stream, float* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients);
+void accumulate_f64(int device, Stream stream, double* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients);
+// out_f32[i] = float(sum_c coef[c] * double(z_c[i])): a float64 sum from zero, stored rounded.
+void aggregate_f32(int device, Stream stream, float* out_f32, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                   const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients);
+
+// Sum of (x / divisor)^2 in float64 and max |x| (NaN if any element is NaN). Synchronises.
+template <class T>
+void norm_stats(int device, Stream stream, const T* x, uint64_t n, double divisor, double* sumsq_host,
+                double* maxabs_host);
+
+// dst[i] = src[i] * factor for float64 arrays (dst may be src).
+void scale_f64(int device, Stream stream, const double* src, uint64_t n, double factor, double* dst);
+
+enum class SourceType { kFloat16, kBFloat16, kFloat64 };
+void to_float32(int device, Stream stream, const void* src, SourceType type, uint64_t n, float* dst);
+
+}  // namespace dprec::cuda

@@ -1,0 +1,39 @@
+// Checks on device pointers for the CUDA bindings: what Python cannot see for itself
+// (which device owns a pointer, its alignment, whether a size overflows).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "../cuda/launch.h"
+
+namespace dprec::bind {
+
+namespace py = pybind11;
+
+// `ptr` must be device memory of `device` (or managed memory), aligned for T.
+template <class T>
+T* device_pointer(uintptr_t ptr, int device, const char* name) {
+    if (ptr == 0) throw py::value_error(std::string(name) + " is a null pointer");
+    const int owner = cuda::pointer_device(ptr);
+    if (owner < 0)
+        throw py::value_error(std::string(name) + " is not CUDA device memory (a host pointer or unknown memory)");
+    if (owner != device)
+        throw py::value_error(std::string(name) + " is on cuda:" + std::to_string(owner) + ", not on cuda:" +
+                              std::to_string(device) + " like the rest of the call");
+    if (ptr % alignof(T) != 0)
+        throw py::value_error(std::string(name) + " is not aligned to its element size (" +
+                              std::to_string(alignof(T)) + " bytes)");
+    return reinterpret_cast<T*>(ptr);
+}
+
+inline int checked_device(int device) {
+    const int n = cuda::device_count();
+    if (device < 0 || device >= n)
+        throw py::value_error("device must be in [0, " + std::to_string(n) + "), got " + std::to_string(device));
+    return device;
+}
+
+}  // namespace dprec::bind
