@@ -184,34 +184,36 @@ void aggregate_f32(int device, Stream stream, float* out_f32, uint64_t d, uint32
     check_launch("aggregate_f32");
 }
 
+namespace {
 template <class T>
-void norm_stats(int device, Stream stream, const T* x, uint64_t n, double divisor, double* sumsq_host,
-                double* maxabs_host) {
-    DeviceGuard guard(device);
-    const cudaStream_t s = as_stream(stream);
+void norm_stats_one(const T* x, uint64_t n, double divisor, double* result, cudaStream_t s) {
     const uint64_t threads = gpu::norm_threads(n);
     Scratch sums(threads * sizeof(double), s);
     Scratch maxs(threads * sizeof(double), s);
-    Scratch result(2 * sizeof(double), s);
-    kernels::norm_stats<T><<<grid_for(threads, kThreads), kThreads, 0, s>>>(threads, x, n, divisor,
-                                                                           sums.as<double>(), maxs.as<double>());
+    kernels::norm_stats<T><<<grid_for(threads, kThreads), kThreads, 0, s>>>(threads, x, n, divisor, sums.as<double>(),
+                                                                           maxs.as<double>());
     check_launch("norm_stats");
-    reduce_columns(sums.as<double>(), threads, 1, 1.0, result.as<double>(), s);
-    kernels::max_abs_reduce<<<1, 1, 0, s>>>(maxs.as<double>(), threads, result.as<double>() + 1);
+    reduce_columns(sums.as<double>(), threads, 1, 1.0, result, s);
+    kernels::max_abs_reduce<<<1, 1, 0, s>>>(maxs.as<double>(), threads, result + 1);
     check_launch("max_abs_reduce");
-    double host[2];
-    check(cudaMemcpyAsync(host, result.as<double>(), sizeof host, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (norm)");
-    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    *sumsq_host = host[0];
-    *maxabs_host = host[1];
 }
+}  // namespace
 
-void to_float32(int device, Stream stream, const void* src, SourceType type, uint64_t n, float* dst) {
-    if (n == 0) return;
+void norm_stats(int device, Stream stream, const NormInput* inputs, size_t count, double divisor, double* out_host) {
+    if (count == 0) return;
     DeviceGuard guard(device);
-    const int code = type == SourceType::kFloat16 ? 0 : type == SourceType::kBFloat16 ? 1 : 2;
-    kernels::to_float32<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(n, src, code, dst);
-    check_launch("to_float32");
+    const cudaStream_t s = as_stream(stream);
+    Scratch result(2 * count * sizeof(double), s);
+    for (size_t i = 0; i < count; ++i) {
+        double* r = result.as<double>() + 2 * i;
+        if (inputs[i].is_double)
+            norm_stats_one(static_cast<const double*>(inputs[i].x), inputs[i].n, divisor, r, s);
+        else
+            norm_stats_one(static_cast<const float*>(inputs[i].x), inputs[i].n, divisor, r, s);
+    }
+    check(cudaMemcpyAsync(out_host, result.as<double>(), 2 * count * sizeof(double), cudaMemcpyDeviceToHost, s),
+          "cudaMemcpyAsync (norms)");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
 void scale_f64(int device, Stream stream, const double* src, uint64_t n, double factor, double* dst) {
@@ -225,7 +227,5 @@ template void rec_dot_products<float>(int, Stream, const float*, uint64_t, uint6
                                       double*);
 template void rec_dot_products<double>(int, Stream, const double*, uint64_t, uint64_t, uint32_t, uint32_t, double,
                                        double*);
-template void norm_stats<float>(int, Stream, const float*, uint64_t, double, double*, double*);
-template void norm_stats<double>(int, Stream, const double*, uint64_t, double, double*, double*);
 
 }  // namespace dprec::cuda

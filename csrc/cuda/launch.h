@@ -57,10 +57,14 @@ void accumulate_f64(int device, Stream stream, double* out, uint64_t d, uint32_t
 void aggregate_f32(int device, Stream stream, float* out_f32, uint64_t d, uint32_t group, const uint64_t* seeds_host,
                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients);
 
-// Sum of (x / divisor)^2 in float64 and max |x| (NaN if any element is NaN). Synchronises.
-template <class T>
-void norm_stats(int device, Stream stream, const T* x, uint64_t n, double divisor, double* sumsq_host,
-                double* maxabs_host);
+// For each input: the sum of (x / divisor)^2 in float64 and max |x| (NaN if any element is
+// NaN), into out_host[2i], out_host[2i+1]. One synchronisation for all inputs.
+struct NormInput {
+    const void* x;
+    bool is_double;  // float64, else float32
+    uint64_t n;
+};
+void norm_stats(int device, Stream stream, const NormInput* inputs, size_t count, double divisor, double* out_host);
 
 // dst[i] = src[i] * factor for float64 arrays (dst may be src).
 void scale_f64(int device, Stream stream, const double* src, uint64_t n, double factor, double* dst);

@@ -4,10 +4,12 @@
 // alignment, counter ranges) and calls the launchers.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../cuda/launch.h"
 #include "arrays.h"
@@ -184,24 +186,32 @@ void bind_cuda_rec(py::module_& m) {
 
     m.def(
         "norm_stats",
-        [](int device, uintptr_t stream, uintptr_t x, const std::string& dtype, uint64_t n, double divisor) {
+        [](int device, uintptr_t stream, const std::vector<uintptr_t>& ptrs, const std::vector<std::string>& dtypes,
+           const std::vector<uint64_t>& sizes, double divisor) {
             checked_device(device);
-            if (n == 0) throw py::value_error("x must not be empty");
+            if (ptrs.empty()) throw py::value_error("norm_stats needs at least one array");
+            if (dtypes.size() != ptrs.size() || sizes.size() != ptrs.size())
+                throw py::value_error("ptrs, dtypes and sizes must have the same length");
             if (!(divisor > 0.0) || divisor == HUGE_VAL) throw py::value_error("divisor must be finite and > 0");
-            double sumsq = 0.0, maxabs = 0.0;
-            if (float_type(dtype, "x") == FloatType::kFloat32) {
-                const float* p = device_pointer<float>(x, device, "x");
-                py::gil_scoped_release release;
-                cuda::norm_stats(device, stream, p, n, divisor, &sumsq, &maxabs);
-            } else {
-                const double* p = device_pointer<double>(x, device, "x");
-                py::gil_scoped_release release;
-                cuda::norm_stats(device, stream, p, n, divisor, &sumsq, &maxabs);
+            std::vector<cuda::NormInput> inputs;
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+                const std::string name = "x[" + std::to_string(i) + "]";
+                if (sizes[i] == 0) throw py::value_error(name + " must not be empty");
+                const bool is_double = float_type(dtypes[i], name.c_str()) == FloatType::kFloat64;
+                const void* p = is_double ? static_cast<const void*>(device_pointer<double>(ptrs[i], device, name.c_str()))
+                                          : static_cast<const void*>(device_pointer<float>(ptrs[i], device, name.c_str()));
+                inputs.push_back(cuda::NormInput{p, is_double, sizes[i]});
             }
-            return py::make_tuple(sumsq, maxabs);
+            py::array_t<double> result({static_cast<py::ssize_t>(ptrs.size()), py::ssize_t(2)});
+            double* r = result.mutable_data();
+            {
+                py::gil_scoped_release release;
+                cuda::norm_stats(device, stream, inputs.data(), inputs.size(), divisor, r);
+            }
+            return result;
         },
-        py::arg("device"), py::arg("stream"), py::arg("x"), py::arg("dtype"), py::arg("n"), py::arg("divisor"),
-        "(sum of (x / divisor)**2 in float64, max |x| or NaN); synchronises.");
+        py::arg("device"), py::arg("stream"), py::arg("ptrs"), py::arg("dtypes"), py::arg("sizes"), py::arg("divisor"),
+        "Per array: (sum of (x / divisor)**2 in float64, max |x| or NaN), shape (n, 2); one synchronisation.");
 
     m.def(
         "scale_f64",

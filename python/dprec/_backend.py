@@ -26,7 +26,7 @@ _CUDA_IMPORT_ERROR = ""
 _CUDA_BUILT = importlib.util.find_spec(f"{__package__}._cuda") is not None
 if _CUDA_BUILT:
     try:
-        from . import _cuda
+        from . import _cuda  # type: ignore[attr-defined,no-redef]
     except ImportError as exc:  # e.g. a libstdc++ too old for the extension
         _CUDA_IMPORT_ERROR = str(exc)
 

@@ -89,9 +89,9 @@ def device_of(x: Any) -> str | None:
     if hasattr(x, "__cuda_array_interface__"):
         dev = pointer_device(x.__cuda_array_interface__["data"][0])
         return f"cuda:{dev}" if dev >= 0 else "cuda:?"
-    dev = _dlpack_device(x)
-    if dev is not None and dev[0] in (_KDL_CUDA, _KDL_CUDA_MANAGED):
-        return f"cuda:{dev[1]}"
+    dl = _dlpack_device(x)
+    if dl is not None and dl[0] in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+        return f"cuda:{dl[1]}"
     return None
 
 
@@ -200,6 +200,14 @@ def gpu_array(x: Any, name: str) -> GpuArray | None:
             raise ValueError(f"{name} must be C-contiguous on the GPU, got strides {t.strides} (in elements)")
         return GpuArray(x, int(t.ptr), shape, t.dtype, int(t.device_id), LEGACY_DEFAULT_STREAM, "dlpack", keepalive=t)
     return None
+
+
+def required_float_gpu_array(x: Any, name: str) -> GpuArray:
+    """:func:`float_gpu_array` for an object already known to be on a GPU."""
+    g = float_gpu_array(x, name)
+    if g is None:
+        raise ValueError(f"{name} is not a GPU array")
+    return g
 
 
 def float_gpu_array(x: Any, name: str) -> GpuArray | None:

@@ -650,7 +650,15 @@ def _gpu_global_norm(gs: list[_device.GpuArray], labels: list[str]) -> float:
     """:func:`_global_norm` on the device: one float64 pass per tensor (and a second,
     divided by max |x|, only when the plain sum of squares over- or underflows)."""
     cuda = _backend.cuda_module()
-    stats = [cuda.norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, 1.0) for g in gs]
+    first = gs[0]
+
+    def norm_stats(divisor: float) -> list[tuple[float, float]]:
+        # One host wait for every tensor, on the first tensor's stream.
+        r = cuda.norm_stats(first.device, first.stream, [g.ptr for g in gs], [g.dtype for g in gs],
+                            [g.size for g in gs], divisor)
+        return [(float(a), float(b)) for a, b in r]
+
+    stats = norm_stats(1.0)
     for (_, m), label in zip(stats, labels):
         if not math.isfinite(m):
             raise ValueError(f"{label} contains {'NaN' if math.isnan(m) else 'infinite'} values")
@@ -660,7 +668,7 @@ def _gpu_global_norm(gs: list[_device.GpuArray], labels: list[str]) -> float:
     m = max(m for _, m in stats)
     if m == 0.0:
         return 0.0
-    total = math.fsum(cuda.norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, m)[0] for g in gs)
+    total = math.fsum(s for s, _ in norm_stats(m))
     return m * math.sqrt(total)
 
 
@@ -870,7 +878,7 @@ class DPRECCodec:
         indices. Work runs on the stream of each tensor's framework (PyTorch's or CuPy's
         current stream)."""
         cuda = _backend.cuda_module()
-        gs = [_device.float_gpu_array(leaf, label) for leaf, label in zip(tree.leaves, tree.labels)]
+        gs = [_device.required_float_gpu_array(leaf, label) for leaf, label in zip(tree.leaves, tree.labels)]
         norm = _gpu_global_norm(gs, tree.labels)
         clip = self.clip_norm
         scale = 1.0 if norm <= clip else clip / norm

@@ -156,7 +156,7 @@ def logits(
     if g is not None:
         _backend.resolve(backend, g.label, "phi")
         check_size(g.size, "phi.size")
-        _, maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, 1.0)
+        maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
         if not np.isfinite(maxabs):
             raise ValueError(f"phi contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
         out = _device.empty_like(g, (1 << bits,), "float64")
@@ -227,7 +227,7 @@ def _gpu_logits(logits: Any, ndim: int) -> _device.GpuArray | None:
         raise TypeError(f"logits on the GPU must be float64 (as rec.logits returns them), got {g.dtype}")
     if len(g.shape) != ndim or g.size == 0:
         raise ValueError(f"logits must be a non-empty {ndim}-D array, got shape {g.shape}")
-    _, maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, g.ptr, g.dtype, g.size, 1.0)
+    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
     if not np.isfinite(maxabs):
         raise ValueError(f"logits contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
     return g
@@ -298,6 +298,8 @@ def sample_indices(
     -------
     numpy.ndarray of int64, shape (G,)
     """
+    g: _device.GpuArray | None
+    shape: tuple[int, ...] = ()
     if isinstance(logits, _Batch):
         g, shape = logits.g, logits.shape
     else:

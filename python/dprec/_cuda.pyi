@@ -1,0 +1,136 @@
+"""Type stubs for the private native module dprec._cuda (CUDA kernels).
+
+Device pointers and streams (``cudaStream_t``, 0 = the legacy default stream) are plain
+``int``. Functions take the ``device`` ordinal first and raise ValueError for a device
+outside ``[0, device_count())`` or a pointer that is not device memory of that device.
+Host-side parameter arrays (seeds, indices, coefficients, Gumbel noise, offsets) are
+NumPy arrays.
+"""
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import CapsuleType
+
+# -- runtime ---------------------------------------------------------------------------------
+
+def device_count() -> int: ...
+def unavailable_reason() -> str: ...
+def device_name(device: int) -> str: ...
+def runtime_version() -> int: ...
+def driver_version() -> int: ...
+def pointer_device(ptr: int) -> int: ...
+
+class DeviceBuffer:
+    """A device allocation owned by dprec (freed when the object goes away)."""
+
+    def __init__(self, device: int, nbytes: int) -> None: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def ptr(self) -> int: ...
+
+def copy_to_host(device: int, stream: int, src: int, out: npt.NDArray[np.generic]) -> None: ...
+def copy_to_device(device: int, stream: int, src: npt.NDArray[np.generic], dst: int) -> None: ...
+def memset_zero(device: int, stream: int, dst: int, nbytes: int) -> None: ...
+def synchronize(device: int, stream: int) -> None: ...
+
+# -- kernels -----------------------------------------------------------------------------------
+
+def stream_normals(
+    device: int,
+    stream: int,
+    seed: int,
+    substream: int,
+    group: int,
+    domain: int,
+    offset: int,
+    count: int,
+    scale: float,
+    out: int,
+) -> None: ...
+def stream_words(
+    device: int,
+    stream: int,
+    seed: int,
+    substream: int,
+    group: int,
+    domain: int,
+    offset: int,
+    count: int,
+    out: int,
+) -> None: ...
+def rec_dot_products(
+    device: int,
+    stream: int,
+    phi: int,
+    dtype: str,
+    d: int,
+    seed: int,
+    group: int,
+    n_candidates: int,
+    factor: float,
+    out: int,
+) -> None: ...
+def generate_only(device: int, stream: int, d: int, seed: int, group: int, n_candidates: int) -> None: ...
+def gumbel_argmax(
+    device: int,
+    stream: int,
+    logits: int,
+    gumbel: npt.NDArray[np.float64],
+    offsets: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]: ...
+def accumulate(
+    device: int,
+    stream: int,
+    out: int,
+    dtype: str,
+    d: int,
+    group: int,
+    seeds: npt.NDArray[np.uint64],
+    indices: npt.NDArray[np.uint32],
+    coefs: npt.NDArray[np.float64],
+) -> None: ...
+def aggregate_f32(
+    device: int,
+    stream: int,
+    out: int,
+    d: int,
+    group: int,
+    seeds: npt.NDArray[np.uint64],
+    indices: npt.NDArray[np.uint32],
+    coefs: npt.NDArray[np.float64],
+) -> None: ...
+def norm_stats(device: int, stream: int, x: int, dtype: str, n: int, divisor: float) -> tuple[float, float]: ...
+def scale_f64(device: int, stream: int, src: int, n: int, factor: float, dst: int) -> None: ...
+def to_float32(device: int, stream: int, src: int, dtype: str, n: int, dst: int) -> None: ...
+
+# -- DLPack ------------------------------------------------------------------------------------
+
+class DLPackTensor:
+    """A consumed DLPack tensor; frees the producer's handle when deleted.
+
+    Only :func:`dlpack_import` creates one (the class has no Python constructor).
+    """
+
+    @property
+    def ptr(self) -> int:
+        """``data + byte_offset``."""
+    @property
+    def device_type(self) -> int:
+        """The DLPack device type (1 = CPU, 2 = CUDA, 13 = CUDA managed, ...)."""
+    @property
+    def device_id(self) -> int: ...
+    @property
+    def dtype(self) -> str:
+        """NumPy-style name ("float32", "bfloat16", "bool", ...)."""
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...] | None:
+        """Strides in elements, or None for a compact row-major tensor."""
+
+def dlpack_import(capsule: CapsuleType) -> DLPackTensor: ...
