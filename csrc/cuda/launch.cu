@@ -216,6 +216,14 @@ void norm_stats(int device, Stream stream, const NormInput* inputs, size_t count
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
+void to_float32(int device, Stream stream, const void* src, SourceType type, uint64_t n, float* dst) {
+    if (n == 0) return;
+    DeviceGuard guard(device);
+    const int code = type == SourceType::kFloat16 ? 0 : type == SourceType::kBFloat16 ? 1 : 2;
+    kernels::to_float32<<<grid_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(n, src, code, dst);
+    check_launch("to_float32");
+}
+
 void scale_f64(int device, Stream stream, const double* src, uint64_t n, double factor, double* dst) {
     if (n == 0) return;
     DeviceGuard guard(device);

@@ -2,8 +2,9 @@
 
 DP-REC (Triastcyn, Reisser and Louizos) compresses a clipped model update to a 64-bit
 seed plus ``b`` bits per tensor under a differential-privacy guarantee. The hot kernels
-are native C++ (SIMD, multi-threaded); every kernel also has a pure-NumPy reference in
-:mod:`dprec.reference`, selectable with ``backend="reference"``.
+are native C++ (SIMD, multi-threaded) and CUDA (for GPU arrays, when built); every kernel
+also has a pure-NumPy reference in :mod:`dprec.reference`, selectable with
+``backend="reference"``.
 
 Modules
 -------
@@ -13,13 +14,15 @@ dprec.rec
     Per-group kernels: candidates, log-likelihood ratios, Gumbel-max, aggregation.
 dprec.philox
     The shared Philox4x32-10 stream and its normal transform (the randomness contract).
+dprec.cuda
+    The CUDA backend: availability (and why not), devices, :class:`dprec.cuda.DeviceArray`.
 dprec.runtime
     Threads and SIMD instruction-set selection.
 """
 
 from __future__ import annotations
 
-from . import philox, rec, runtime
+from . import cuda, philox, rec, runtime
 from ._backend import available_backends
 from .codec import DPRECCodec, DPRECMessage, Layout
 from .constants import NORMAL_TRANSFORM_VERSION
@@ -33,6 +36,7 @@ __all__ = [
     "Layout",
     "NORMAL_TRANSFORM_VERSION",
     "available_backends",
+    "cuda",
     "get_num_threads",
     "philox",
     "rec",

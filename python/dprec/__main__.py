@@ -23,6 +23,13 @@ def _info() -> int:
     print(f"dprec {bench.package_version()} (python {platform.python_version()}, numpy {np.__version__})")
     print(f"normal transform version: {NORMAL_TRANSFORM_VERSION}")
     print(f"backends: {', '.join(_backend.available_backends())}")
+    if _backend.cuda_available():
+        from . import cuda  # noqa: PLC0415
+
+        names = ", ".join(cuda.device_name(i) for i in range(cuda.device_count()))
+        print(f"CUDA: {names} (runtime {_backend.cuda_module().runtime_version()})")
+    else:
+        print(f"CUDA backend unavailable: {_backend.cuda_unavailable_reason()}")
     if _backend.native_available():
         from . import runtime  # noqa: PLC0415
 

@@ -17,7 +17,7 @@ Update and template
 -------------------
 An update (and a template, which only supplies names, shapes and array types) is one of
 
-* a single NumPy array or PyTorch CPU tensor: one tensor named ``""``;
+* a single array (NumPy, PyTorch on the CPU or a GPU, CuPy, ...): one tensor named ``""``;
 * a ``Mapping[str, array]`` such as a PyTorch ``state_dict``: one tensor per key;
 * a ``list`` or ``tuple`` of arrays: tensors named ``"0"``, ``"1"``, ...
 
@@ -25,8 +25,17 @@ Every tensor must be floating point: float16 and bfloat16 are converted to float
 float32 and float64 are used as they are; integer, boolean and complex tensors are
 rejected (TypeError naming the tensor, e.g. ``update['fc.weight']``), so drop integer
 buffers such as ``num_batches_tracked`` from a ``state_dict`` first. Non-contiguous
-inputs are copied. Tensors on a GPU raise ValueError (no CUDA backend in this version).
-PyTorch is imported only when a tensor is seen.
+host inputs are copied. PyTorch is imported only when a tensor is seen.
+
+GPU tensors
+-----------
+An update on a GPU (PyTorch CUDA tensors, CuPy arrays, or any ``__cuda_array_interface__``
+/ ``__dlpack__`` producer; all on one device) is encoded there: the global norm, every
+group's logits and one batched Gumbel-max run on the device, on the caller's current
+stream, and the host waits only for the norm and the indices. Non-contiguous GPU tensors
+are rejected. A template on a GPU decodes and aggregates there, into arrays of the
+template's framework on its device; the values are bit-identical to the CPU's. Mixing the
+host and a GPU within one update or template raises ValueError.
 
 Canonical order and groups
 --------------------------
@@ -55,8 +64,8 @@ Decoding (server)
 -----------------
 Group ``g`` decodes to ``float32(sigma) * z_{g,k*_g}`` (only that candidate is
 generated), reassembled into the template's names and shapes as float32 NumPy arrays,
-or float32 CPU tensors where the template holds PyTorch tensors. Decoding is bit
-identical between backends.
+or float32 CPU tensors where the template holds PyTorch tensors, or float32 arrays of the
+template's framework on its GPU. Decoding is bit identical between backends.
 
 Byte format (version 1)
 -----------------------
@@ -694,8 +703,9 @@ class DPRECCodec:
     max_group_size : int, optional
         Split tensors of more than this many elements into consecutive chunks of this
         size (``>= 1``). ``None`` (default): one group per tensor.
-    backend : {"auto", "cpu", "reference"}
-        Kernel backend. Every backend decodes bit-identically.
+    backend : {"auto", "cpu", "cuda", "reference"}
+        Kernel backend. "auto" (default) follows the data: GPU updates and templates run on
+        CUDA, host ones on the CPU. Every backend decodes bit-identically.
 
     Raises
     ------
@@ -842,8 +852,9 @@ class DPRECCodec:
         TypeError
             For non-floating-point tensors or bad container keys (naming the tensor).
         ValueError
-            For NaN/inf or empty tensors, an empty update, GPU tensors (naming the tensor),
-            or ``bits`` naming tensors that the update lacks.
+            For NaN/inf or empty tensors, an empty update, tensors on different devices or
+            non-contiguous GPU tensors (naming the tensor), or ``bits`` naming tensors that
+            the update lacks.
         """
         tree = _flatten(update, "update")
         shapes, _, device = _template_info(tree)  # device, dtype and emptiness checks; the true shapes
@@ -974,7 +985,8 @@ class DPRECCodec:
         Returns
         -------
         Same structure as ``template``, holding float32 NumPy arrays, or float32 CPU
-        ``torch.Tensor`` where the template holds tensors.
+        ``torch.Tensor`` where the template holds tensors; for a template on a GPU, float32
+        arrays of its framework on its device.
 
         Raises
         ------
@@ -1026,7 +1038,8 @@ class DPRECCodec:
 
         Returns
         -------
-        Same structure as ``template`` (float32 NumPy arrays or CPU tensors).
+        Same structure as ``template`` (float32 NumPy arrays or CPU tensors; on a GPU,
+        arrays of the template's framework on its device).
         """
         if isinstance(messages, (DPRECMessage, bytes, bytearray, memoryview, str)):
             raise TypeError(f"messages must be a sequence of DPRECMessage, got a single {type(messages).__name__}")
