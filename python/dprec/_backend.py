@@ -67,6 +67,11 @@ def cuda_available() -> bool:
     return cuda_unavailable_reason() == ""
 
 
+def device_count() -> int:
+    """Usable CUDA devices; 0 without a CUDA build, a driver or a GPU (never raises)."""
+    return int(_cuda.device_count()) if _cuda is not None else 0
+
+
 def cuda_module() -> ModuleType:
     """The compiled CUDA module (ValueError with the reason when it cannot be used)."""
     if _cuda is None or not cuda_available():
@@ -79,10 +84,12 @@ def _check_name(backend: Any) -> None:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
-def resolve(backend: Any, data: str | None = None, name: str = "the input") -> str:
+def resolve(backend: Any, data: str | None = None, name: str = "the input", *, host_data: bool = True) -> str:
     """Map a user's backend argument to "cpu", "cuda" or "reference".
 
     ``data`` is where the call's arrays live: None for host memory, "cuda:N" for a GPU.
+    ``host_data=False`` says the call has no array at all (e.g. a decode without ``out``),
+    so that ``backend="cuda"`` may allocate on the GPU.
     """
     _check_name(backend)
     on_gpu = data is not None
@@ -91,6 +98,11 @@ def resolve(backend: Any, data: str | None = None, name: str = "the input") -> s
     if backend == "cuda":
         if not cuda_available():
             raise ValueError(f"backend='cuda' is not available: {cuda_unavailable_reason()}")
+        if not on_gpu and host_data:
+            raise ValueError(
+                f"{name} is on the host, but backend='cuda' needs GPU arrays; use backend='auto' or 'cpu', "
+                "or move the data to a GPU"
+            )
     elif on_gpu:
         raise ValueError(
             f"{name} is on {data}, but backend={backend!r} runs on the host; use backend='auto' or 'cuda', "

@@ -7,6 +7,8 @@ Host-side parameter arrays (seeds, indices, coefficients, Gumbel noise, offsets)
 NumPy arrays.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import CapsuleType
@@ -102,7 +104,11 @@ def aggregate_f32(
     indices: npt.NDArray[np.uint32],
     coefs: npt.NDArray[np.float64],
 ) -> None: ...
-def norm_stats(device: int, stream: int, x: int, dtype: str, n: int, divisor: float) -> tuple[float, float]: ...
+def norm_stats(
+    device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int], divisor: float
+) -> npt.NDArray[np.float64]:
+    """Row i: (sum of (x_i / divisor)**2, max |x_i| or NaN), shape (len(ptrs), 2); synchronises."""
+
 def scale_f64(device: int, stream: int, src: int, n: int, factor: float, dst: int) -> None: ...
 def to_float32(device: int, stream: int, src: int, dtype: str, n: int, dst: int) -> None: ...
 

@@ -34,7 +34,7 @@ def unavailable_reason() -> str:
 
 def device_count() -> int:
     """Number of usable CUDA devices (0 without a CUDA build, a driver or a GPU)."""
-    return _backend.cuda_module().device_count() if _backend.cuda_built() else 0
+    return _backend.device_count()
 
 
 def device_name(device: int = 0) -> str:

@@ -91,14 +91,14 @@ def words(
         host[...] = _ref.stream_words(seed, count, substream, group, domain, offset)
     elif count:
         _backend.native().stream_words(seed, substream, group, domain, offset, host)
-    return host
+    return host if out is None else out
 
 
 def _gpu_out(out: Any, count: int, dtype: str, backend: str) -> _device.GpuArray | None:
     """The checked GPU view of ``out`` (None for host output); backend "cuda" without
     ``out`` allocates a :class:`dprec.cuda.DeviceArray` on device 0."""
     g = _device.gpu_array(out, "out") if out is not None else None
-    if _backend.resolve(backend, g.label if g else None, "out") != "cuda":
+    if _backend.resolve(backend, g.label if g else None, "out", host_data=out is not None) != "cuda":
         return None
     if g is None:
         return _device.new_device_array(0, _device.LEGACY_DEFAULT_STREAM, (count,), dtype)
@@ -183,4 +183,4 @@ def normals(
         host[...] = _ref.stream_normals(seed, count, substream, group, offset, domain)
     elif count:
         _backend.native().stream_normals(seed, substream, group, domain, offset, 1.0, host)
-    return host
+    return host if out is None else out

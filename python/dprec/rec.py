@@ -79,7 +79,7 @@ def candidate(
     sigma = check_positive(sigma, "sigma")
     scale = float(np.float32(sigma))
     g = _device.gpu_array(out, "out") if out is not None else None
-    which = _backend.resolve(backend, g.label if g else None, "out")
+    which = _backend.resolve(backend, g.label if g else None, "out", host_data=out is not None)
     if which == "cuda":
         if g is None:
             g = _device.new_device_array(0, _device.LEGACY_DEFAULT_STREAM, (size,), "float32")
@@ -92,7 +92,7 @@ def candidate(
         host[...] = _ref.candidate(seed, group, index, size, sigma)
     else:
         _backend.native().stream_normals(seed, index, group, 0, 0, scale, host)
-    return host
+    return host if out is None else out
 
 
 def _check_gpu_out(g: _device.GpuArray, size: int, dtypes: tuple[str, ...], name: str = "out") -> None:
@@ -174,7 +174,7 @@ def _logits_validated(
     1-D, C-contiguous float32/float64 array. The codec checks a whole update once and
     calls this per group, so that no group is scanned twice."""
     k = 1 << bits
-    if _backend.resolve(backend) == "reference":
+    if _backend.resolve(backend, None, "phi") == "reference":
         dots = _ref.dot_products(phi, seed, group, k)
     else:
         dots = np.empty(k, dtype=np.float64)
@@ -315,7 +315,7 @@ def sample_indices(
     if lg.ndim != 2:
         raise ValueError(f"logits must be 2-D (groups, candidates), got shape {lg.shape}")
     noise = _noise(lg.size, rng, gumbel, lg.shape)
-    which = _backend.resolve(backend)
+    which = _backend.resolve(backend, None, "logits")
     out = np.empty(lg.shape[0], dtype=np.int64)
     for row in range(lg.shape[0]):
         if which == "reference":
@@ -406,7 +406,7 @@ def accumulate(
         if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a 1-D, C-contiguous, writeable array")
         check_size(out.size, "out.size")
-        which = _backend.resolve(backend)
+        which = _backend.resolve(backend, None, "out")
     group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights)
     if g is not None:
         _backend.cuda_module().accumulate(g.device, g.stream, g.ptr, g.dtype, g.size, group, seeds_u, idx_u, coefs)
