@@ -63,8 +63,7 @@ def _uint(value: Any, name: str) -> int:
 def _check_stream_range(offset: int, count: int) -> None:
     if offset > MAX_STREAM_ELEMENTS or count > MAX_STREAM_ELEMENTS - offset:
         raise ValueError(
-            "offset + size must be <= 2**34 (the Philox counter holds 2**32 blocks of 4), got "
-            f"{offset} + {count}"
+            f"offset + size must be <= 2**34 (the Philox counter holds 2**32 blocks of 4), got {offset} + {count}"
         )
 
 
@@ -222,8 +221,17 @@ class FakeCuda:
     # -- kernels (bind_cuda_rec.cpp) ---------------------------------------------------------
 
     def stream_normals(
-        self, device: int, stream: int, seed: int, substream: int, group: int, domain: int,
-        offset: int, count: int, scale: float, out: int,
+        self,
+        device: int,
+        stream: int,
+        seed: int,
+        substream: int,
+        group: int,
+        domain: int,
+        offset: int,
+        count: int,
+        scale: float,
+        out: int,
     ) -> None:
         self._record("stream_normals", stream, seed, substream, group, domain, offset, count, scale, out)
         device = self._device(device)
@@ -235,8 +243,16 @@ class FakeCuda:
         _emu().stream_normals(seed, substream, group, domain, offset, float(scale), o)
 
     def stream_words(
-        self, device: int, stream: int, seed: int, substream: int, group: int, domain: int,
-        offset: int, count: int, out: int,
+        self,
+        device: int,
+        stream: int,
+        seed: int,
+        substream: int,
+        group: int,
+        domain: int,
+        offset: int,
+        count: int,
+        out: int,
     ) -> None:
         self._record("stream_words", stream, seed, substream, group, domain, offset, count, out)
         device = self._device(device)
@@ -248,8 +264,17 @@ class FakeCuda:
         _emu().stream_words(seed, substream, group, domain, offset, o)
 
     def rec_dot_products(
-        self, device: int, stream: int, phi: int, dtype: str, d: int, seed: int, group: int,
-        n_candidates: int, factor: float, out: int,
+        self,
+        device: int,
+        stream: int,
+        phi: int,
+        dtype: str,
+        d: int,
+        seed: int,
+        group: int,
+        n_candidates: int,
+        factor: float,
+        out: int,
     ) -> None:
         self._record("rec_dot_products", stream, phi, dtype, d, seed, group, n_candidates, factor, out)
         device = self._device(device)
@@ -271,7 +296,9 @@ class FakeCuda:
         _check_stream_range(0, d)
         _check_candidates(_uint(n_candidates, "n_candidates"))
 
-    def gumbel_argmax(self, device: int, stream: int, logits: int, gumbel: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    def gumbel_argmax(
+        self, device: int, stream: int, logits: int, gumbel: np.ndarray, offsets: np.ndarray
+    ) -> np.ndarray:
         self._record("gumbel_argmax", stream, logits, gumbel.copy(), offsets.copy())
         device = self._device(device)
         _host_input(gumbel, np.float64, "gumbel")
@@ -288,8 +315,16 @@ class FakeCuda:
         return _emu().gumbel_argmax(lg, gumbel, offsets)
 
     def accumulate(
-        self, device: int, stream: int, out: int, dtype: str, d: int, group: int,
-        seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray,
+        self,
+        device: int,
+        stream: int,
+        out: int,
+        dtype: str,
+        d: int,
+        group: int,
+        seeds: np.ndarray,
+        indices: np.ndarray,
+        coefs: np.ndarray,
     ) -> None:
         self._record("accumulate", stream, out, dtype, d, group)
         device = self._device(device)
@@ -302,8 +337,15 @@ class FakeCuda:
         _emu().accumulate(o, group, seeds, indices, coefs)
 
     def aggregate_f32(
-        self, device: int, stream: int, out: int, d: int, group: int,
-        seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray,
+        self,
+        device: int,
+        stream: int,
+        out: int,
+        d: int,
+        group: int,
+        seeds: np.ndarray,
+        indices: np.ndarray,
+        coefs: np.ndarray,
     ) -> None:
         self._record("aggregate_f32", stream, out, d, group)
         device = self._device(device)
@@ -316,7 +358,12 @@ class FakeCuda:
         _emu().aggregate_f32(o, group, seeds, indices, coefs)
 
     def norm_stats(
-        self, device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int],
+        self,
+        device: int,
+        stream: int,
+        ptrs: Sequence[int],
+        dtypes: Sequence[str],
+        sizes: Sequence[int],
         divisor: float,
     ) -> np.ndarray:
         self._record("norm_stats", stream, ptrs, dtypes, sizes, divisor)

@@ -111,7 +111,10 @@ def test_fake_records_calls_and_copies(fake_cuda):
     fake_cuda.memset_zero(0, 77, a.ptr, a.nbytes)
     assert not a.get().any()
     assert [c.name for c in fake_cuda.calls if c.stream is not None] == [
-        "copy_to_device", "copy_to_host", "memset_zero", "copy_to_host"
+        "copy_to_device",
+        "copy_to_host",
+        "memset_zero",
+        "copy_to_host",
     ]
     assert fake_cuda.kernel_streams() == {77}
     with pytest.raises(ValueError, match="not CUDA device memory"):
@@ -328,8 +331,9 @@ def test_accumulate_rejects_bad_gpu_outputs(fake_cuda):
 @pytest.mark.parametrize("max_group_size", [None, 50, 37])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 def test_codec_encodes_on_gpu_like_the_cpu(fake_cuda, max_group_size, dtype):
-    codec = DPRECCodec(sigma=0.02, clip_multiplier=2.0, bits={"fc.weight": 6, "conv.bias": 3},
-                       max_group_size=max_group_size)
+    codec = DPRECCodec(
+        sigma=0.02, clip_multiplier=2.0, bits={"fc.weight": 6, "conv.bias": 3}, max_group_size=max_group_size
+    )
     upd = _update(fake_cuda, 1, dtype)
     host = _to_host(upd)
     layout = codec.layout(host)
@@ -350,8 +354,13 @@ def test_codec_encodes_on_gpu_like_the_cpu(fake_cuda, max_group_size, dtype):
             ptr, dt, d, s, group, k, _, out = call.args
             if src is not None:
                 assert ptr == src.ptr + g.start * src.dtype.itemsize
-            assert (dt, d, s, group, k) == (np.dtype(dtype if dtype != np.float16 else np.float32).name, g.size,
-                                            1000 + seed, g.group, 1 << g.bits)
+            assert (dt, d, s, group, k) == (
+                np.dtype(dtype if dtype != np.float16 else np.float32).name,
+                g.size,
+                1000 + seed,
+                g.group,
+                1 << g.bits,
+            )
             assert out == first_out + 8 * k_offset
             k_offset += 1 << g.bits
         assert len(fake_cuda.calls_named("gumbel_argmax")) == 1
@@ -360,29 +369,34 @@ def test_codec_encodes_on_gpu_like_the_cpu(fake_cuda, max_group_size, dtype):
 def test_codec_encode_clips_and_matches_cpu_norm(fake_cuda):
     # No clipping (small update) and clipping; a zero update.
     for scale in (1e-4, 1.0):
-        upd = {"a": FakeGpuArray(fake_cuda, np.full((3, 4), scale, np.float32)),
-               "b": FakeGpuArray(fake_cuda, np.linspace(-scale, scale, 9))}
+        upd = {
+            "a": FakeGpuArray(fake_cuda, np.full((3, 4), scale, np.float32)),
+            "b": FakeGpuArray(fake_cuda, np.linspace(-scale, scale, 9)),
+        }
         codec = DPRECCodec(sigma=0.01, bits=5)
         m_gpu = codec.encode(upd, rng=np.random.default_rng(2), seed=3)
         m_cpu = codec.encode(_to_host(upd), rng=np.random.default_rng(2), seed=3)
         assert m_gpu.indices == m_cpu.indices
     zero = {"w": FakeGpuArray(fake_cuda, np.zeros(10, np.float32))}
     codec = DPRECCodec(sigma=1.0, bits=4)
-    assert codec.encode(zero, rng=np.random.default_rng(0), seed=1).indices == codec.encode(
-        _to_host(zero), rng=np.random.default_rng(0), seed=1
-    ).indices
+    assert (
+        codec.encode(zero, rng=np.random.default_rng(0), seed=1).indices
+        == codec.encode(_to_host(zero), rng=np.random.default_rng(0), seed=1).indices
+    )
 
 
 def test_codec_encode_single_array_and_sequence(fake_cuda):
     codec = DPRECCodec(sigma=0.05, bits=4, max_group_size=10)
     one = FakeGpuArray(fake_cuda, np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32))
-    assert codec.encode(one, rng=np.random.default_rng(0), seed=7).indices == codec.encode(
-        one.host(), rng=np.random.default_rng(0), seed=7
-    ).indices
+    assert (
+        codec.encode(one, rng=np.random.default_rng(0), seed=7).indices
+        == codec.encode(one.host(), rng=np.random.default_rng(0), seed=7).indices
+    )
     seq = [one, FakeGpuArray(fake_cuda, np.ones(3))]
-    assert codec.encode(seq, rng=np.random.default_rng(1), seed=8).indices == codec.encode(
-        [a.host() for a in seq], rng=np.random.default_rng(1), seed=8
-    ).indices
+    assert (
+        codec.encode(seq, rng=np.random.default_rng(1), seed=8).indices
+        == codec.encode([a.host() for a in seq], rng=np.random.default_rng(1), seed=8).indices
+    )
 
 
 def test_codec_clips_extreme_float64_updates_through_the_prescale(fake_cuda):
@@ -402,12 +416,6 @@ def test_codec_clips_extreme_float64_updates_through_the_prescale(fake_cuda):
     assert len(fake_cuda.calls_named("norm_stats")) == 2  # the sum of squares overflowed: rescaled pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="library bug: DPRECCodec._encode_gpu calls scale_f64 on float32 tensors too "
-    "(python/dprec/codec.py, the prescale loop), reading and writing 2x their bytes",
-)
 def test_codec_prescales_a_float32_tensor_next_to_an_extreme_float64_one(fake_cuda):
     codec = DPRECCodec(sigma=1.0, bits=4)
     host = {"big": np.full(20, 1e300), "small": np.linspace(-1, 1, 30).astype(np.float32)}
@@ -423,17 +431,11 @@ def test_codec_norm_of_tiny_float64_values_next_to_a_zero_tensor(fake_cuda):
     upd = {"a": FakeGpuArray(fake_cuda, np.zeros(5, np.float32)), "b": FakeGpuArray(fake_cuda, np.full(4, 1e-300))}
     m_gpu = codec.encode(upd, rng=np.random.default_rng(0), seed=1)
     assert [c.args[-1] for c in fake_cuda.calls_named("norm_stats")] == [1.0, 1e-300]
-    # The CPU, given the zero tensor in float64 (see the xfail below for float32), agrees.
+    # The CPU agrees (and with the zero tensor in float32, see the next test).
     host = {"a": np.zeros(5), "b": np.full(4, 1e-300)}
     assert m_gpu.indices == codec.encode(host, rng=np.random.default_rng(0), seed=1).indices
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="library bug (CPU path): codec._global_norm computes a / m in float32 for a float32 tensor, "
-    "so m = 1e-300 rounds to 0 and 0 / 0 makes the norm NaN ('logits contains NaN values')",
-)
 def test_cpu_encode_agrees_for_tiny_float64_values_next_to_a_zero_float32_tensor(fake_cuda):
     codec = DPRECCodec(sigma=1.0, bits=4)
     host = {"a": np.zeros(5, np.float32), "b": np.full(4, 1e-300)}
@@ -631,6 +633,7 @@ def test_wrong_sizes_and_read_only_outputs_are_rejected(fake_cuda):
     with pytest.raises(ValueError, match="must not be empty"):
         rec.logits(FakeGpuArray(fake_cuda, np.zeros(0, np.float32)), 1, 0, 3, sigma=1.0)
     with pytest.raises(ValueError, match="masked"):
+
         class Masked(FakeGpuArray):
             @property
             def __cuda_array_interface__(self):
@@ -661,5 +664,4 @@ def test_temporaries_are_freed(fake_cuda):
 
 
 def test_without_the_fixture_there_is_no_fake():
-    assert not isinstance(_backend._cuda, FakeCuda)
-    assert _backend._cuda_reason != ""
+    assert not isinstance(_backend._cuda, FakeCuda)  # monkeypatch undid the fixture

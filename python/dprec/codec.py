@@ -622,17 +622,20 @@ def _template_info(tree: _Tree) -> tuple[list[tuple[int, ...]], list[bool], str 
     return shapes, torch_flags, device
 
 
-def _sumsq(a: np.ndarray) -> float:
-    """Sum of squares in float64, in fixed chunks.
+def _sumsq(a: np.ndarray, divisor: float = 1.0) -> float:
+    """Sum of ``(a / divisor)**2`` in float64, in fixed chunks.
 
     NumPy's pairwise summation (not BLAS, whose order may depend on its thread count)
-    keeps the result deterministic; the chunks bound the temporary memory.
+    keeps the result deterministic; the chunks bound the temporary memory. The division
+    is done in float64, as on the GPU (a float32 divisor could round to 0 or overflow).
     """
     flat = a.reshape(-1)
     total = 0.0
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         for i in range(0, flat.size, _NORM_CHUNK):
             c = flat[i : i + _NORM_CHUNK].astype(np.float64, copy=False)
+            if divisor != 1.0:
+                c = c / divisor
             total += float(np.add.reduce(c * c))
     return total
 
@@ -651,7 +654,7 @@ def _global_norm(arrays: list[np.ndarray], labels: list[str]) -> float:
     m = max(float(np.max(np.abs(a))) for a in arrays)
     if m == 0.0:
         return 0.0
-    total = math.fsum(_sumsq(a / m) for a in arrays)
+    total = math.fsum(_sumsq(a, m) for a in arrays)
     return m * math.sqrt(total)
 
 
@@ -869,15 +872,19 @@ class DPRECCodec:
         seed = os_seed() if seed is None else check_seed(seed)
         gen = private_rng(rng)
         flats = [a.reshape(-1) for a in arrays]
+        scales = [scale] * len(flats)
         if scale < 1.0 and norm > _PRESCALE_NORM:
-            # Extreme float64 values: scale first so that no dot product overflows.
-            flats = [f * scale for f in flats]
-            scale = 1.0
+            # Extreme float64 values: scale those tensors first so that no dot product
+            # overflows. float32 ones cannot overflow, and scaling them in float32 would
+            # flush them to zero: they keep the factor in their logits.
+            for i, f in enumerate(flats):
+                if f.dtype == np.float64:
+                    flats[i], scales[i] = f * scale, 1.0
         indices = []
         for g in layout.groups:
             phi = flats[g.tensor][g.start : g.start + g.size]
             # The update was converted and checked (finite, non-empty) as a whole above.
-            lg = rec._logits_validated(phi, seed, g.group, g.bits, self._sigma, scale, self._backend)
+            lg = rec._logits_validated(phi, seed, g.group, g.bits, self._sigma, scales[g.tensor], self._backend)
             indices.append(rec.sample_index(lg, rng=gen, backend=self._backend))
         return DPRECMessage(seed=seed, bits=layout.bits, indices=tuple(indices), layout_digest=layout.digest)
 
@@ -895,14 +902,15 @@ class DPRECCodec:
         scale = 1.0 if norm <= clip else clip / norm
         seed = os_seed() if seed is None else check_seed(seed)
         gen = private_rng(rng)
+        scales = [scale] * len(gs)
         if scale < 1.0 and norm > _PRESCALE_NORM:
-            # Extreme float64 values: scale first so that no dot product overflows.
-            scaled = []
-            for g in gs:
-                out = _device.empty_like(g, g.shape, g.dtype)
-                cuda.scale_f64(g.device, g.stream, g.ptr, g.size, scale, out.ptr)
-                scaled.append(out)
-            gs, scale = scaled, 1.0
+            # Extreme float64 values: scale those tensors first so that no dot product
+            # overflows (float32 ones cannot overflow and keep the factor in their logits).
+            for i, g in enumerate(gs):
+                if g.dtype == "float64":
+                    out = _device.empty_like(g, g.shape, "float64")
+                    cuda.scale_f64(g.device, g.stream, g.ptr, g.size, scale, out.ptr)
+                    gs[i], scales[i] = out, 1.0
         ks = [1 << grp.bits for grp in layout.groups]
         offsets = np.zeros(len(ks) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum(ks)
@@ -910,7 +918,7 @@ class DPRECCodec:
         logits = _device.empty_like(first, (int(offsets[-1]),), "float64")
         for grp, off in zip(layout.groups, offsets[:-1]):
             rec._logits_gpu(
-                gs[grp.tensor], grp.start, grp.size, seed, grp.group, grp.bits, self._sigma, scale,
+                gs[grp.tensor], grp.start, grp.size, seed, grp.group, grp.bits, self._sigma, scales[grp.tensor],
                 logits.offset(int(off)),
             )
         # The same private draws, in the same order, as the CPU path's per-group calls.
