@@ -14,8 +14,10 @@ import dprec
 from dprec import philox, rec
 from dprec.codec import DPRECCodec
 
-from .conftest import requires_cuda
+from .conftest import CUDA, requires_cuda
 
+if not CUDA:
+    pytest.skip(f"no usable CUDA backend: {dprec.cuda.unavailable_reason()}", allow_module_level=True)
 pytestmark = requires_cuda
 
 torch = pytest.importorskip("torch")
