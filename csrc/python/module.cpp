@@ -8,6 +8,8 @@ void bind_runtime(py::module_& m);
 void bind_philox(py::module_& m);
 void bind_rec(py::module_& m);
 void bind_emulation(py::module_& m);
+void bind_hadamard(py::module_& m);
+void bind_sketch(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -16,4 +18,6 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_philox(m);
     dprec::bind::bind_rec(m);
     dprec::bind::bind_emulation(m);
+    dprec::bind::bind_hadamard(m);
+    dprec::bind::bind_sketch(m);
 }

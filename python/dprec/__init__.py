@@ -12,6 +12,10 @@ dprec.codec
     :class:`DPRECCodec` and :class:`DPRECMessage`: whole-model encode, decode, aggregate.
 dprec.rec
     Per-group kernels: candidates, log-likelihood ratios, Gumbel-max, aggregation.
+dprec.hadamard
+    Fast Walsh-Hadamard transform and the randomized Hadamard rotation.
+dprec.sketch
+    :class:`CountSketch`, the linear count-sketch of secure-aggregation compression.
 dprec.philox
     The shared Philox4x32-10 stream and its normal transform (the randomness contract).
 dprec.cuda
@@ -22,7 +26,7 @@ dprec.runtime
 
 from __future__ import annotations
 
-from . import cuda, philox, rec, runtime
+from . import cuda, hadamard, philox, rec, runtime, sketch
 from ._backend import available_backends
 from .codec import DPRECCodec, DPRECMessage, Layout
 from .constants import NORMAL_TRANSFORM_VERSION
@@ -38,10 +42,12 @@ __all__ = [
     "available_backends",
     "cuda",
     "get_num_threads",
+    "hadamard",
     "philox",
     "rec",
     "runtime",
     "set_num_threads",
+    "sketch",
     "__version__",
 ]
 

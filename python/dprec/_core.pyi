@@ -36,6 +36,26 @@ def rec_accumulate(
     coefs: npt.NDArray[np.float64],
 ) -> None: ...
 def gumbel_argmax(logits: npt.NDArray[np.float64], gumbel: npt.NDArray[np.float64]) -> int: ...
+def fwht(x: npt.NDArray[np.float32] | npt.NDArray[np.float64], n: int, normalize: bool) -> None: ...
+def count_sketch_encode(
+    x: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+    seed: int,
+    group: int,
+    rows: int,
+    cols: int,
+    scale: float,
+    table: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+) -> None: ...
+def count_sketch_decode(
+    table: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+    seed: int,
+    group: int,
+    rows: int,
+    cols: int,
+    median: bool,
+    median_scale: float,
+    out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+) -> None: ...
 
 class _GpuEmulation(ModuleType):
     """``_core.gpu_emulation``: the CUDA kernels' per-thread bodies run on the host (tests only)."""

@@ -1,0 +1,311 @@
+"""Native CPU kernels for issue 4: _core.fwht and _core.count_sketch_encode / _decode.
+
+Checked against straightforward NumPy written here (scipy's Hadamard matrix for small n, an
+O(n log n) radix-2 loop for large n; bincount sketches with buckets and signs from the
+NumPy reference Philox stream), for thread-count invariance, and for bad input reaching
+the binding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dprec import _backend, philox
+
+from .conftest import NATIVE, requires_native
+
+pytestmark = requires_native
+
+_core = _backend.native() if NATIVE else None
+
+
+def np_fwht(x: np.ndarray) -> np.ndarray:
+    """Radix-2 FWHT over the last axis, stages h = 1, 2, 4, ... in x's dtype (the kernel's
+    documented arithmetic order, so float results agree bit for bit)."""
+    x = np.array(x, copy=True)
+    n = x.shape[-1]
+    h = 1
+    while h < n:
+        y = x.reshape(x.shape[:-1] + (n // (2 * h), 2, h))
+        a = y[..., 0, :].copy()
+        b = y[..., 1, :]
+        y[..., 0, :] += b
+        y[..., 1, :] = a - b
+        h *= 2
+    return x
+
+
+def native_fwht(x: np.ndarray, normalize: bool = False) -> np.ndarray:
+    y = np.ascontiguousarray(x).copy()
+    _core.fwht(y.reshape(-1), y.shape[-1], normalize)
+    return y
+
+
+def norm_scale(n: int, dtype) -> np.floating:
+    k = n.bit_length() - 1
+    if k % 2 == 0:
+        return dtype(2.0 ** (-k // 2))
+    return dtype(1.0 / np.sqrt(float(n)))
+
+
+# ---- FWHT ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k", list(range(0, 11)))
+def test_fwht_matches_hadamard_matrix(k, dtype, rng):
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    n = 1 << k
+    x = rng.standard_normal(n)
+    h = scipy_linalg.hadamard(n).astype(np.float64)
+    want = h @ x
+    got = native_fwht(x.astype(dtype))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.sqrt(n) * max(1, k))
+    got_n = native_fwht(x.astype(dtype), normalize=True)
+    np.testing.assert_allclose(got_n, want / np.sqrt(n), rtol=0, atol=tol * max(1, k))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k", [11, 12, 13, 14, 15, 16, 18, 20])
+def test_fwht_large_matches_numpy(k, dtype, rng):
+    """Sizes beyond the in-cache block (2^13 float32, 2^12 float64) take the blocked path."""
+    n = 1 << k
+    x = rng.standard_normal(n).astype(dtype)
+    got = native_fwht(x)
+    # Same arithmetic in the same order: bit for bit.
+    np.testing.assert_array_equal(got, np_fwht(x))
+    # Against float64: float64 to rounding; float32 within a relative L2 error of 4e-7 * k
+    # (each of the k stages adds at most one rounding of relative size 2^-24 per element).
+    exact = np_fwht(x.astype(np.float64))
+    rel = np.linalg.norm(got.astype(np.float64) - exact) / np.linalg.norm(exact)
+    assert rel < (1e-15 if dtype == np.float64 else 4e-7) * k
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5, 1), (7, 2), (64, 8), (33, 256), (3, 1 << 15), (2, 1 << 16)])
+def test_fwht_batched_equals_looped(shape, dtype, rng):
+    x = rng.standard_normal(shape).astype(dtype)
+    got = native_fwht(x)
+    np.testing.assert_array_equal(got, np_fwht(x))
+    looped = np.stack([native_fwht(row) for row in x])
+    np.testing.assert_array_equal(got, looped)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k", [0, 1, 3, 4, 9, 14, 17])
+def test_fwht_normalize(k, dtype, rng):
+    n = 1 << k
+    x = rng.standard_normal((2, n)).astype(dtype)
+    got = native_fwht(x, normalize=True)
+    np.testing.assert_array_equal(got, np_fwht(x) * norm_scale(n, dtype))
+    # Orthonormal: an involution and norm-preserving, to rounding.
+    back = native_fwht(got, normalize=True)
+    tol = 1e-13 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(back, x, rtol=0, atol=tol * max(1, k))
+    np.testing.assert_allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1), rtol=tol * max(1, k))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1 << 20), (3, 1 << 17), (300, 128)])
+def test_fwht_thread_count_invariant(shape, dtype, threads, rng):
+    x = rng.standard_normal(shape).astype(dtype)
+    threads(1)
+    one = native_fwht(x, normalize=True)
+    threads(2)
+    two = native_fwht(x, normalize=True)
+    assert one.tobytes() == two.tobytes()
+
+
+def test_fwht_empty_batch_is_a_no_op():
+    x = np.zeros(0, np.float32)
+    _core.fwht(x, 8, True)
+
+
+@pytest.mark.parametrize("n", [0, -1, 3, 6, 12, 1 << 31])
+def test_fwht_rejects_bad_n(n):
+    with pytest.raises(ValueError, match="n must be a power of two"):
+        _core.fwht(np.zeros(16, np.float32), n, False)
+
+
+def test_fwht_rejects_bad_arrays():
+    with pytest.raises(ValueError, match="multiple of n"):
+        _core.fwht(np.zeros(12, np.float32), 8, False)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        _core.fwht(np.zeros(8, np.int32), 8, False)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        _core.fwht(np.zeros(8, np.float16), 8, False)
+    ro = np.zeros(8, np.float64)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="x must be writeable"):
+        _core.fwht(ro, 8, False)
+    with pytest.raises(ValueError, match="x must be C-contiguous"):
+        _core.fwht(np.zeros(16, np.float32)[::2], 8, False)
+    with pytest.raises(ValueError, match="x must be 1-D"):
+        _core.fwht(np.zeros((2, 8), np.float32), 8, False)
+
+
+# ---- count-sketch -------------------------------------------------------------------------
+
+
+def sketch_hashes(dim: int, seed: int, group: int, rows: int, cols: int):
+    """Buckets and signs from the NumPy reference Philox stream (SPEC §2, domains 1 and 2)."""
+    buckets = np.empty((rows, dim), np.int64)
+    signs = np.empty((rows, dim), np.float64)
+    for r in range(rows):
+        wb = philox.words(seed, dim, substream=r, group=group, domain=1, backend="reference")
+        ws = philox.words(seed, dim, substream=r, group=group, domain=2, backend="reference")
+        buckets[r] = (wb.astype(np.uint64) * np.uint64(cols)) >> np.uint64(32)
+        signs[r] = np.where(ws < np.uint32(1 << 31), 1.0, -1.0)
+    return buckets, signs
+
+
+def np_encode(x, seed, group, rows, cols, scale):
+    buckets, signs = sketch_hashes(x.size, seed, group, rows, cols)
+    table = np.zeros((rows, cols), np.float64)
+    for r in range(rows):
+        table[r] += np.bincount(buckets[r], weights=signs[r] * x.astype(np.float64) * scale, minlength=cols)
+    return table
+
+
+def np_decode(table, dim, seed, group, rows, cols, median, median_scale):
+    buckets, signs = sketch_hashes(dim, seed, group, rows, cols)
+    vals = signs * table.astype(np.float64)[np.arange(rows)[:, None], buckets]
+    if median:
+        return np.median(vals, axis=0) * median_scale
+    return vals.sum(axis=0)
+
+
+def encode(x, seed, group, rows, cols, scale, table=None):
+    if table is None:
+        table = np.zeros(rows * cols, x.dtype)
+    _core.count_sketch_encode(x, seed, group, rows, cols, scale, table)
+    return table.reshape(rows, cols)
+
+
+def decode(table, dim, seed, group, rows, cols, median, median_scale=1.0):
+    out = np.empty(dim, table.dtype)
+    _core.count_sketch_decode(table.reshape(-1), seed, group, rows, cols, median, median_scale, out)
+    return out
+
+
+SKETCH_CASES = [
+    # dim, rows, cols, seed, group
+    (1, 1, 1, 0, 0),
+    (7, 3, 5, 1, 0),
+    (1000, 5, 64, 12345, 0),
+    (4099, 4, 1000, 2**63 + 17, 9),
+    (20000, 7, 3001, 0xDEADBEEF, 2**32 - 1),
+    (3001, 40, 17, 3, 1),  # more rows than the vectorised median sort handles
+    (500, 33, 8, 4, 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dim,rows,cols,seed,group", SKETCH_CASES)
+def test_sketch_encode_matches_numpy(dim, rows, cols, seed, group, dtype, rng):
+    x = rng.standard_normal(dim).astype(dtype)
+    scale = 1.0 / rows
+    got = encode(x, seed, group, rows, cols, scale)
+    want = np_encode(x, seed, group, rows, cols, scale)
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(dim) / rows)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("median", [False, True])
+@pytest.mark.parametrize("dim,rows,cols,seed,group", SKETCH_CASES)
+def test_sketch_decode_matches_numpy(dim, rows, cols, seed, group, median, dtype, rng):
+    table = rng.standard_normal((rows, cols)).astype(dtype)
+    median_scale = float(rows)
+    got = decode(table, dim, seed, group, rows, cols, median, median_scale)
+    want = np_decode(table, dim, seed, group, rows, cols, median, median_scale)
+    tol = 1e-12 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * rows)
+
+
+def test_sketch_hand_checked_tiny_example():
+    """dim 3, one row, 2 columns: table[h(j)] += s(j) x_j, with h and s read off the stream."""
+    seed, rows, cols = 7, 1, 2
+    wb = philox.words(seed, 3, substream=0, domain=1, backend="reference")
+    ws = philox.words(seed, 3, substream=0, domain=2, backend="reference")
+    x = np.array([1.0, 10.0, 100.0])
+    want = np.zeros(2)
+    for j in range(3):
+        b = (int(wb[j]) * cols) >> 32
+        s = 1.0 if int(ws[j]) < 2**31 else -1.0
+        want[b] += s * x[j]
+    np.testing.assert_array_equal(encode(x, seed, 0, rows, cols, 1.0).reshape(-1), want)
+
+
+def test_sketch_is_linear_and_accumulates(rng):
+    dim, rows, cols, seed = 5000, 5, 257, 99
+    x = rng.standard_normal(dim)
+    y = rng.standard_normal(dim)
+    sx = encode(x, seed, 0, rows, cols, 0.2)
+    both = encode(y, seed, 0, rows, cols, 0.2, table=sx.reshape(-1).copy())
+    np.testing.assert_allclose(both, encode(x + y, seed, 0, rows, cols, 0.2), rtol=1e-12, atol=1e-12)
+
+
+def test_sketch_median_recovers_heavy_hitters(rng):
+    dim, rows, cols, seed = 100000, 7, 2000, 5
+    x = rng.standard_normal(dim).astype(np.float32) * 0.01
+    heavy = rng.choice(dim, 10, replace=False)
+    x[heavy] = 100.0
+    table = encode(x, seed, 0, rows, cols, 1.0 / rows)
+    est = decode(table, dim, seed, 0, rows, cols, True, float(rows))
+    np.testing.assert_allclose(est[heavy], 100.0, atol=1.0)
+    assert set(np.argsort(-np.abs(est))[:10]) == set(heavy)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sketch_thread_count_invariant(dtype, threads, rng):
+    dim, rows, cols, seed = 300000, 5, 4096, 3
+    x = rng.standard_normal(dim).astype(dtype)
+    results = []
+    for t in (1, 2):
+        threads(t)
+        table = encode(x, seed, 0, rows, cols, 1.0 / rows)
+        mean = decode(table, dim, seed, 0, rows, cols, False)
+        med = decode(table, dim, seed, 0, rows, cols, True, float(rows))
+        results.append((table.tobytes(), mean.tobytes(), med.tobytes()))
+    assert results[0] == results[1]
+
+
+def test_sketch_rejects_bad_input():
+    x = np.zeros(10, np.float32)
+    t = np.zeros(12, np.float32)
+    out = np.zeros(10, np.float32)
+    with pytest.raises(ValueError, match="rows must be"):
+        _core.count_sketch_encode(x, 0, 0, 0, 12, 1.0, t)
+    with pytest.raises(ValueError, match="cols must be"):
+        _core.count_sketch_encode(x, 0, 0, 1, 0, 1.0, t)
+    with pytest.raises(ValueError, match="cols must be"):
+        _core.count_sketch_encode(x, 0, 0, 1, 2**32, 1.0, t)
+    with pytest.raises(ValueError, match="rows must be"):
+        _core.count_sketch_decode(t, 0, 0, -1, 12, False, 1.0, out)
+    with pytest.raises(ValueError, match="table must have rows"):
+        _core.count_sketch_encode(x, 0, 0, 3, 5, 1.0, t)
+    with pytest.raises(ValueError, match="table must have rows"):
+        _core.count_sketch_decode(t, 0, 0, 2, 5, False, 1.0, out)
+    with pytest.raises(ValueError, match="x must not be empty"):
+        _core.count_sketch_encode(np.zeros(0, np.float32), 0, 0, 3, 4, 1.0, t)
+    with pytest.raises(ValueError, match="out must not be empty"):
+        _core.count_sketch_decode(t, 0, 0, 3, 4, False, 1.0, np.zeros(0, np.float32))
+    with pytest.raises(TypeError, match="same dtype"):
+        _core.count_sketch_encode(x.astype(np.float64), 0, 0, 3, 4, 1.0, t)
+    with pytest.raises(TypeError, match="same dtype"):
+        _core.count_sketch_decode(t, 0, 0, 3, 4, False, 1.0, out.astype(np.float64))
+    with pytest.raises(TypeError, match="must have dtype"):
+        _core.count_sketch_encode(x.astype(np.int32), 0, 0, 3, 4, 1.0, t.astype(np.int32))
+    with pytest.raises(ValueError, match="scale must be finite"):
+        _core.count_sketch_encode(x, 0, 0, 3, 4, float("nan"), t)
+    with pytest.raises(ValueError, match="median_scale must be finite"):
+        _core.count_sketch_decode(t, 0, 0, 3, 4, True, float("inf"), out)
+    ro = t.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="table must be writeable"):
+        _core.count_sketch_encode(x, 0, 0, 3, 4, 1.0, ro)
+    with pytest.raises(ValueError, match="x must be C-contiguous"):
+        _core.count_sketch_encode(np.zeros(20, np.float32)[::2], 0, 0, 3, 4, 1.0, t)
