@@ -309,3 +309,30 @@ def test_sketch_rejects_bad_input():
         _core.count_sketch_encode(x, 0, 0, 3, 4, 1.0, ro)
     with pytest.raises(ValueError, match="x must be C-contiguous"):
         _core.count_sketch_encode(np.zeros(20, np.float32)[::2], 0, 0, 3, 4, 1.0, t)
+
+
+def _fwht_bits(x: np.ndarray, n: int, normalize: bool) -> np.ndarray:
+    y = x.copy()
+    _core.fwht(y, n, normalize)
+    return y.view(np.uint32 if y.dtype == np.float32 else np.uint64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("log2n,batch", [(3, 1), (10, 1), (15, 1), (18, 1), (20, 1), (3, 37), (9, 64), (13, 5), (15, 3)])
+def test_fwht_every_isa_and_thread_count_bit_identical(isa, threads, dtype, log2n, batch):
+    """Each ISA's kernels (baseline, AVX2, AVX-512 shuffles and fused stages) give the scalar bits."""
+    import dprec
+
+    n = 1 << log2n
+    x = np.random.default_rng(log2n * 1000 + batch).standard_normal(n * batch).astype(dtype)
+    dprec.runtime.set_isa("baseline")
+    threads(1)
+    ref = {norm: _fwht_bits(x, n, norm) for norm in (False, True)}
+    dprec.runtime.set_isa(isa)
+    for t in (1, 2):
+        threads(t)
+        for norm in (False, True):
+            np.testing.assert_array_equal(_fwht_bits(x, n, norm), ref[norm])
+    if log2n <= 15:  # and the NumPy radix-2 reference, where it is quick
+        y = np_fwht(x.reshape(batch, n).astype(dtype)).reshape(-1)
+        np.testing.assert_array_equal(ref[False], y.view(ref[False].dtype))

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "dispatch.h"
 #include "parallel.h"
 
 namespace dprec::cpu {
@@ -20,80 +21,15 @@ constexpr int kMaxPassStages = 8;
 // Rows of small transforms per work item: about this many elements.
 constexpr uint64_t kSmallRowsItem = uint64_t(1) << 16;
 
-// Radix-2 butterflies at stride h over len elements (len a multiple of 2h).
-template <class T>
-inline void stage2(T* x, uint64_t len, uint64_t h) {
-    for (uint64_t i = 0; i < len; i += 2 * h) {
-        T* __restrict a = x + i;
-        T* __restrict b = x + i + h;
-        for (uint64_t j = 0; j < h; ++j) {
-            const T u = a[j], v = b[j];
-            a[j] = u + v;
-            b[j] = u - v;
-        }
-    }
+// The in-cache work goes through the run-time ISA table (hadamard_kernels_generic.h).
+inline void stages(float* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
+    kernels().fwht_stages_f32(x, len, h_begin, h_end);
 }
-
-// Stages h and 2h in one pass (len a multiple of 4h): the same operations as two stage2 calls.
-template <class T>
-inline void stage4(T* x, uint64_t len, uint64_t h) {
-    for (uint64_t i = 0; i < len; i += 4 * h) {
-        T* __restrict a = x + i;
-        T* __restrict b = x + i + h;
-        T* __restrict c = x + i + 2 * h;
-        T* __restrict d = x + i + 3 * h;
-        for (uint64_t j = 0; j < h; ++j) {
-            const T p = a[j] + b[j], q = a[j] - b[j];
-            const T r = c[j] + d[j], s = c[j] - d[j];
-            a[j] = p + r;
-            b[j] = q + s;
-            c[j] = p - r;
-            d[j] = q - s;
-        }
-    }
+inline void stages(double* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
+    kernels().fwht_stages_f64(x, len, h_begin, h_end);
 }
-
-// Stages h = 1, 2, 4 on consecutive groups of 8 (len a multiple of 8).
-template <class T>
-inline void stages_1_2_4(T* x, uint64_t len) {
-    for (uint64_t i = 0; i < len; i += 8) {
-        T* p = x + i;
-        const T a0 = p[0] + p[1], a1 = p[0] - p[1], a2 = p[2] + p[3], a3 = p[2] - p[3];
-        const T a4 = p[4] + p[5], a5 = p[4] - p[5], a6 = p[6] + p[7], a7 = p[6] - p[7];
-        const T b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3;
-        const T b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
-        p[0] = b0 + b4;
-        p[4] = b0 - b4;
-        p[1] = b1 + b5;
-        p[5] = b1 - b5;
-        p[2] = b2 + b6;
-        p[6] = b2 - b6;
-        p[3] = b3 + b7;
-        p[7] = b3 - b7;
-    }
-}
-
-// Stages h = h_begin, 2 h_begin, ... < h_end over x[0, len) (len a multiple of h_end).
-template <class T>
-void stages(T* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
-    uint64_t h = h_begin;
-    if (h == 1) {
-        if (h_end >= 8) {
-            stages_1_2_4(x, len);
-            h = 8;
-        } else if (h_end == 4) {
-            stage4(x, len, 1);
-            h = 4;
-        }
-    }
-    for (; 4 * h <= h_end; h *= 4) stage4(x, len, h);
-    if (h < h_end) stage2(x, len, h);
-}
-
-template <class T>
-inline void scale_all(T* x, uint64_t len, T s) {
-    for (uint64_t i = 0; i < len; ++i) x[i] *= s;
-}
+inline void scale_all(float* x, uint64_t len, float s) { kernels().fwht_scale_f32(x, len, s); }
+inline void scale_all(double* x, uint64_t len, double s) { kernels().fwht_scale_f64(x, len, s); }
 
 template <class T>
 T norm_scale(uint64_t n) {
@@ -129,7 +65,10 @@ void fwht_long(T* x, uint64_t n, bool normalize, T s) {
             const uint64_t g = item / chunks;
             const uint64_t lo = (item % chunks) * W;
             T* base = x + g * group + lo;
-            std::vector<T> buf(static_cast<size_t>(m * W));
+            // One buffer per thread, kept: a fresh 64-128 KiB allocation per item would be
+            // mmap'ed and page-faulted every time.
+            thread_local std::vector<T> buf;
+            if (buf.size() < m * W) buf.resize(static_cast<size_t>(m * W));
             T* __restrict b = buf.data();
             for (uint64_t r = 0; r < m; ++r) std::copy(base + r * h0, base + r * h0 + W, b + r * W);
             stages(b, m * W, W, m * W);
@@ -152,10 +91,14 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
         parallel_for(static_cast<size_t>(n_items), [&](size_t item) {
             const uint64_t r0 = item * rows_per_item;
             const uint64_t r1 = std::min(batch, r0 + rows_per_item);
-            for (uint64_t r = r0; r < r1; ++r) {
-                T* row = x + r * n;
-                if (n > 1) stages(row, n, 1, n);
-                if (normalize && n > 1) scale_all(row, n, s);
+            // Rows are contiguous and the stages never cross a row: one call per in-cache
+            // group of rows.
+            const uint64_t rows_per_call = std::max<uint64_t>(1, kBlock<T> / n);
+            for (uint64_t r = r0; r < r1; r += rows_per_call) {
+                T* rows = x + r * n;
+                const uint64_t len = (std::min(r1, r + rows_per_call) - r) * n;
+                if (n > 1) stages(rows, len, 1, n);
+                if (normalize && n > 1) scale_all(rows, len, s);
             }
         });
         return;

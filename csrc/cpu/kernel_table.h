@@ -30,6 +30,13 @@ struct KernelTable {
     // with phi_t holding the tile in lane order: phi_t[c*4L + j*L + l] = phi[c*4L + 4l + j].
     void (*llr_tile)(uint64_t seed, uint32_t group, uint32_t k_first, uint32_t nk, uint32_t block0, size_t nblocks,
                      const double* phi_t, double* acc);
+    // FWHT stages h = h_begin, 2 h_begin, ... < h_end over x[0, len) (powers of two, len a
+    // multiple of h_end), each butterfly (a, b) -> (a + b, a - b) in increasing h: the same
+    // bits on every ISA (hadamard_kernels_generic.h). And x[i] *= s for i < len.
+    void (*fwht_stages_f32)(float* x, uint64_t len, uint64_t h_begin, uint64_t h_end);
+    void (*fwht_stages_f64)(double* x, uint64_t len, uint64_t h_begin, uint64_t h_end);
+    void (*fwht_scale_f32)(float* x, uint64_t len, float s);
+    void (*fwht_scale_f64)(double* x, uint64_t len, double s);
 };
 
 const KernelTable* kernel_table_baseline();

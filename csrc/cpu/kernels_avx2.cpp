@@ -12,6 +12,7 @@
 // System headers are included above, so the includes below only add project code.
 namespace {
 #include "simd_avx2.h"
+#include "hadamard_kernels_generic.h"
 #include "kernels_generic.h"
 }  // namespace
 

@@ -64,6 +64,19 @@ struct SimdAvx2 {
     // out[4 l + j] = z_j[l] for l < 8: a 4x4 transpose in each 128-bit half, then halves.
     static U loadu(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
     static void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
+
+    // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4 inside one vector. Lane i of a
+    // stage is v[i] + v[i^h] in the low lane of each pair and v[i^h] + (-v[i]) == v[i^h] - v[i]
+    // in the high lane: bit for bit the scalar butterfly.
+    static constexpr int kFwhtRadix = 3;  // stages fused per pass beyond the vector width
+    static F loadf(const float* p) { return _mm256_loadu_ps(p); }
+    static F fwht_lanes(F v) {
+        const int s = int(0x80000000u);
+        v = _mm256_add_ps(_mm256_permute_ps(v, 0xB1), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, s, 0, s, 0, s, 0, s))));
+        v = _mm256_add_ps(_mm256_permute_ps(v, 0x4E), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, s, s, 0, 0, s, s))));
+        v = _mm256_add_ps(_mm256_permute2f128_ps(v, v, 0x01), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, s, s, s, s))));
+        return v;
+    }
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         const __m256 t0 = _mm256_unpacklo_ps(z0, z1);  // z0[0] z1[0] z0[1] z1[1] | lanes 4,5
         const __m256 t1 = _mm256_unpackhi_ps(z0, z1);  // z0[2] z1[2] z0[3] z1[3] | lanes 6,7

@@ -115,6 +115,23 @@ struct SimdAvx512 {
     // out[4 l + j] = z_j[l] for l < 16: 4x4 transposes per 128-bit lane, then lanes.
     static U loadu(const uint32_t* p) { return _mm512_loadu_si512(p); }
     static void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
+
+    // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4, 8 inside one vector. Lane i of
+    // a stage is w[i] + v[i] in the low lane of each pair (w = v with lanes i, i^h swapped)
+    // and w[i] - v[i] = v[i^h] - v[i] in the high lane: bit for bit the scalar butterfly.
+    static constexpr int kFwhtRadix = 4;  // stages fused per pass beyond the vector width
+    static F loadf(const float* p) { return _mm512_loadu_ps(p); }
+    static F fwht_lanes(F v) {
+        __m512 w = _mm512_permute_ps(v, 0xB1);
+        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xAAAA), w, v);
+        w = _mm512_permute_ps(v, 0x4E);
+        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xCCCC), w, v);
+        w = _mm512_shuffle_f32x4(v, v, 0xB1);
+        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xF0F0), w, v);
+        w = _mm512_shuffle_f32x4(v, v, 0x4E);
+        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xFF00), w, v);
+        return v;
+    }
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         const __m512 t0 = _mm512_unpacklo_ps(z0, z1);
         const __m512 t1 = _mm512_unpackhi_ps(z0, z1);

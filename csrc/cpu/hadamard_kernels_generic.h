@@ -1,0 +1,179 @@
+// FWHT in-cache kernels written once over SIMD traits S (simd_scalar.h, simd_avx2.h,
+// simd_avx512.h). Included by kernels_<isa>.cpp inside an anonymous namespace, next to
+// kernels_generic.h; hadamard.cpp does the blocking and threading and calls these through
+// the KernelTable.
+//
+// Arithmetic contract (hadamard.h): stages run in increasing stride h, each butterfly
+// (a, b) -> (a + b, a - b) computed once, no FMA. Fusing several consecutive stages into
+// one pass over memory, or doing the strides below the vector width with in-register
+// shuffles, changes neither the operands nor the order of any element's operations, so
+// every ISA gives the same bits as the scalar radix-2 loop. The in-register stages use
+// x + (-y), which IEEE-754 defines to equal x - y exactly (negation is exact), and
+// x + y == y + x exactly.
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DPREC_FWHT_UNROLL _Pragma("GCC unroll 64")
+#else
+#define DPREC_FWHT_UNROLL
+#endif
+
+template <class S>
+struct FwhtKernels {
+    // ---- scalar code (baseline, float64, and sizes below the vector width) -----------
+
+    // Radix-2 butterflies at stride h over len elements (len a multiple of 2h).
+    template <class T>
+    static void stage2(T* x, uint64_t len, uint64_t h) {
+        for (uint64_t i = 0; i < len; i += 2 * h) {
+            T* __restrict a = x + i;
+            T* __restrict b = x + i + h;
+            for (uint64_t j = 0; j < h; ++j) {
+                const T u = a[j], v = b[j];
+                a[j] = u + v;
+                b[j] = u - v;
+            }
+        }
+    }
+
+    // Stages h and 2h in one pass (len a multiple of 4h): the same operations as two stage2 calls.
+    template <class T>
+    static void stage4(T* x, uint64_t len, uint64_t h) {
+        for (uint64_t i = 0; i < len; i += 4 * h) {
+            T* __restrict a = x + i;
+            T* __restrict b = x + i + h;
+            T* __restrict c = x + i + 2 * h;
+            T* __restrict d = x + i + 3 * h;
+            for (uint64_t j = 0; j < h; ++j) {
+                const T p = a[j] + b[j], q = a[j] - b[j];
+                const T r = c[j] + d[j], s = c[j] - d[j];
+                a[j] = p + r;
+                b[j] = q + s;
+                c[j] = p - r;
+                d[j] = q - s;
+            }
+        }
+    }
+
+    // Stages h = 1, 2, 4 on consecutive groups of 8 (len a multiple of 8).
+    template <class T>
+    static void stages_1_2_4(T* x, uint64_t len) {
+        for (uint64_t i = 0; i < len; i += 8) {
+            T* p = x + i;
+            const T a0 = p[0] + p[1], a1 = p[0] - p[1], a2 = p[2] + p[3], a3 = p[2] - p[3];
+            const T a4 = p[4] + p[5], a5 = p[4] - p[5], a6 = p[6] + p[7], a7 = p[6] - p[7];
+            const T b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3;
+            const T b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+            p[0] = b0 + b4;
+            p[4] = b0 - b4;
+            p[1] = b1 + b5;
+            p[5] = b1 - b5;
+            p[2] = b2 + b6;
+            p[6] = b2 - b6;
+            p[3] = b3 + b7;
+            p[7] = b3 - b7;
+        }
+    }
+
+    template <class T>
+    static void stages_scalar(T* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
+        uint64_t h = h_begin;
+        if (h == 1) {
+            if (h_end >= 8) {
+                stages_1_2_4(x, len);
+                h = 8;
+            } else if (h_end == 4) {
+                stage4(x, len, 1);
+                h = 4;
+            }
+        }
+        for (; 4 * h <= h_end; h *= 4) stage4(x, len, h);
+        if (h < h_end) stage2(x, len, h);
+    }
+
+    // ---- float32 vector code -----------------------------------------------------------
+    using F = typename S::F;
+    static constexpr uint64_t L = static_cast<uint64_t>(S::kLanes);
+
+    // Stages h = 1 .. L/2, in register, on each vector of x[0, len) (len a multiple of L).
+    static void vec_inreg(float* x, uint64_t len) {
+        uint64_t i = 0;
+        for (; i + 2 * L <= len; i += 2 * L) {
+            const F a = S::fwht_lanes(S::loadf(x + i)), b = S::fwht_lanes(S::loadf(x + i + L));
+            S::storeu(x + i, a);
+            S::storeu(x + i + L, b);
+        }
+        for (; i < len; i += L) S::storeu(x + i, S::fwht_lanes(S::loadf(x + i)));
+    }
+
+    // Stages h, 2h, ..., 2^(R-1) h in one pass (h a multiple of L, len a multiple of 2^R h).
+    template <int R>
+    static void vec_radix(float* x, uint64_t len, uint64_t h) {
+        constexpr int N = 1 << R;
+        for (uint64_t i = 0; i < len; i += N * h) {
+            float* p = x + i;
+            for (uint64_t j = 0; j < h; j += L) {
+                // Fully unrolled, so that v lives in registers.
+                F v[N];
+                DPREC_FWHT_UNROLL
+                for (int k = 0; k < N; ++k) v[k] = S::loadf(p + j + k * h);
+                DPREC_FWHT_UNROLL
+                for (int t = 0; t < R * N / 2; ++t) {
+                    const int s = 1 << (t / (N / 2));  // stage stride, in vectors
+                    const int q = t % (N / 2);         // butterfly within the stage
+                    const int lo = (q / s) * 2 * s + q % s;
+                    const F a = v[lo], b = v[lo + s];
+                    v[lo] = S::addf(a, b);
+                    v[lo + s] = S::subf(a, b);
+                }
+                DPREC_FWHT_UNROLL
+                for (int k = 0; k < N; ++k) S::storeu(p + j + k * h, v[k]);
+            }
+        }
+    }
+
+    static void stages_f32(float* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
+        if constexpr (L == 1) {
+            stages_scalar<float>(x, len, h_begin, h_end);
+        } else {
+            uint64_t h = h_begin;
+            if (h < L) {
+                if (h != 1 || h_end < L) {
+                    stages_scalar<float>(x, len, h_begin, h_end);
+                    return;
+                }
+                vec_inreg(x, len);
+                h = L;
+            }
+            // Stages in groups of kFwhtRadix (3 or 4), then what remains.
+            constexpr int RM = S::kFwhtRadix;
+            while (h < h_end) {
+                int r = 0;
+                while ((h << r) < h_end) ++r;
+                if (r >= RM) {
+                    vec_radix<RM>(x, len, h);
+                    h <<= RM;
+                } else if (r == 3) {
+                    vec_radix<3>(x, len, h);
+                    h <<= 3;
+                } else if (r == 2) {
+                    vec_radix<2>(x, len, h);
+                    h <<= 2;
+                } else {
+                    vec_radix<1>(x, len, h);
+                    h <<= 1;
+                }
+            }
+        }
+    }
+
+    static void stages_f64(double* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
+        stages_scalar<double>(x, len, h_begin, h_end);
+    }
+
+    template <class T>
+    static void scale(T* x, uint64_t len, T s) {
+        for (uint64_t i = 0; i < len; ++i) x[i] *= s;
+    }
+    static void scale_f32(float* x, uint64_t len, float s) { scale<float>(x, len, s); }
+    static void scale_f64(double* x, uint64_t len, double s) { scale<double>(x, len, s); }
+};
