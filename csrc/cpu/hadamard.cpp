@@ -39,6 +39,20 @@ T norm_scale(uint64_t n) {
     return static_cast<T>(1.0 / std::sqrt(static_cast<double>(n)));
 }
 
+// Below this many elements a call runs on the calling thread alone: waking the pool costs
+// tens of microseconds, more than the whole transform. Items are computed identically
+// either way, so the result does not depend on this choice.
+constexpr uint64_t kParallelMinElements = uint64_t(1) << 19;
+
+template <class Body>
+void run_items(uint64_t n_items, uint64_t elements, const Body& body) {
+    if (elements < kParallelMinElements) {
+        for (uint64_t i = 0; i < n_items; ++i) body(static_cast<size_t>(i));
+    } else {
+        parallel_for(static_cast<size_t>(n_items), body);
+    }
+}
+
 // One long row (n > kBlock): all stages inside blocks, then the remaining stages in passes
 // of up to kMaxPassStages stages, each pass over (group, column chunk) items that gather
 // 2^k strided segments into a contiguous buffer (no power-of-two-stride cache conflicts).
@@ -46,7 +60,7 @@ template <class T>
 void fwht_long(T* x, uint64_t n, bool normalize, T s) {
     const uint64_t B = kBlock<T>;
     const uint64_t W = kColumn<T>;
-    parallel_for(static_cast<size_t>(n / B), [&](size_t item) { stages(x + item * B, B, 1, B); });
+    run_items(n / B, n, [&](size_t item) { stages(x + item * B, B, 1, B); });
 
     int remaining = 0;
     while ((B << remaining) < n) ++remaining;
@@ -61,7 +75,7 @@ void fwht_long(T* x, uint64_t n, bool normalize, T s) {
         const uint64_t group = h0 * m;        // elements coupled by this pass
         const uint64_t chunks = h0 / W;
         const uint64_t n_items = (n / group) * chunks;
-        parallel_for(static_cast<size_t>(n_items), [&](size_t item) {
+        run_items(n_items, n, [&](size_t item) {
             const uint64_t g = item / chunks;
             const uint64_t lo = (item % chunks) * W;
             T* base = x + g * group + lo;
@@ -88,7 +102,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
     if (n <= kBlock<T>) {
         const uint64_t rows_per_item = std::max<uint64_t>(1, kSmallRowsItem / n);
         const uint64_t n_items = (batch + rows_per_item - 1) / rows_per_item;
-        parallel_for(static_cast<size_t>(n_items), [&](size_t item) {
+        run_items(n_items, batch * n, [&](size_t item) {
             const uint64_t r0 = item * rows_per_item;
             const uint64_t r1 = std::min(batch, r0 + rows_per_item);
             // Rows are contiguous and the stages never cross a row: one call per in-cache
