@@ -259,6 +259,23 @@ def new_device_array(device: int, stream: int, shape: tuple[int, ...], dtype: st
     return GpuArray(a, a.ptr, tuple(shape), dtype, device, stream, "cuda_array_interface")
 
 
+def gpu_out(out: Any, count: int, dtype: str, backend: str) -> GpuArray | None:
+    """The checked GPU view of ``out`` (None for host output); backend "cuda" without
+    ``out`` allocates a :class:`dprec.cuda.DeviceArray` on device 0."""
+    g = gpu_array(out, "out") if out is not None else None
+    if _backend.resolve(backend, g.label if g else None, "out", host_data=out is not None) != "cuda":
+        return None
+    if g is None:
+        return new_device_array(0, LEGACY_DEFAULT_STREAM, (count,), dtype)
+    if g.dtype != dtype:
+        raise TypeError(f"out must have dtype {dtype}, got {g.dtype}")
+    if g.size != count:
+        raise ValueError(f"out must have {count} elements, got {g.size}")
+    if g.readonly:
+        raise ValueError("out is read-only")
+    return g
+
+
 def same_device(arrays: list[tuple[str, GpuArray | None]]) -> None:
     """ValueError when the named arrays of one call are not all on the same device."""
     first: tuple[str, str] | None = None

@@ -124,3 +124,19 @@ def private_rng(rng: np.random.Generator | None) -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
     return rng
+
+
+def host_out(out: Any, count: int, dtype: Any) -> np.ndarray:
+    """A flat view of the caller's ``out`` (a writeable C-contiguous NumPy array of
+    ``count`` elements of ``dtype``), or a new array when ``out`` is None."""
+    if out is None:
+        return np.empty(count, dtype=dtype)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray or a GPU array, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
+    if out.size != count:
+        raise ValueError(f"out must have {count} elements, got {out.size}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be C-contiguous and writeable")
+    return out.reshape(-1)

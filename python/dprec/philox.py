@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _backend, _device
-from ._validation import check_int, check_seed, check_u32
+from ._validation import check_int, check_seed, check_u32, host_out
 from .constants import MAX_STREAM_ELEMENTS, NORMAL_TRANSFORM_VERSION
 from .reference import philox as _ref
 
@@ -82,47 +82,16 @@ def words(
     host or on a GPU (filled there, on the caller's stream); it is returned.
     """
     seed, count, substream, group, domain, offset = _check_stream(seed, count, substream, group, domain, offset)
-    g = _gpu_out(out, count, "uint32", backend)
+    g = _device.gpu_out(out, count, "uint32", backend)
     if g is not None:
         _backend.cuda_module().stream_words(g.device, g.stream, seed, substream, group, domain, offset, count, g.ptr)
         return g.obj
-    host = _host_out(out, count, np.uint32)
+    host = host_out(out, count, np.uint32)
     if _backend.resolve(backend) == "reference":
         host[...] = _ref.stream_words(seed, count, substream, group, domain, offset)
     elif count:
         _backend.native().stream_words(seed, substream, group, domain, offset, host)
     return host if out is None else out
-
-
-def _gpu_out(out: Any, count: int, dtype: str, backend: str) -> _device.GpuArray | None:
-    """The checked GPU view of ``out`` (None for host output); backend "cuda" without
-    ``out`` allocates a :class:`dprec.cuda.DeviceArray` on device 0."""
-    g = _device.gpu_array(out, "out") if out is not None else None
-    if _backend.resolve(backend, g.label if g else None, "out", host_data=out is not None) != "cuda":
-        return None
-    if g is None:
-        return _device.new_device_array(0, _device.LEGACY_DEFAULT_STREAM, (count,), dtype)
-    if g.dtype != dtype:
-        raise TypeError(f"out must have dtype {dtype}, got {g.dtype}")
-    if g.size != count:
-        raise ValueError(f"out must have {count} elements, got {g.size}")
-    if g.readonly:
-        raise ValueError("out is read-only")
-    return g
-
-
-def _host_out(out: Any, count: int, dtype: Any) -> np.ndarray:
-    if out is None:
-        return np.empty(count, dtype=dtype)
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray or a GPU array, got {type(out).__name__}")
-    if out.dtype != dtype:
-        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
-    if out.size != count:
-        raise ValueError(f"out must have {count} elements, got {out.size}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be C-contiguous and writeable")
-    return out.reshape(-1)
 
 
 def uniforms(
@@ -172,13 +141,13 @@ def normals(
     the host or on a GPU (filled there, on the caller's stream); it is returned.
     """
     seed, count, substream, group, domain, offset = _check_stream(seed, count, substream, group, domain, offset)
-    g = _gpu_out(out, count, "float32", backend)
+    g = _device.gpu_out(out, count, "float32", backend)
     if g is not None:
         _backend.cuda_module().stream_normals(
             g.device, g.stream, seed, substream, group, domain, offset, count, 1.0, g.ptr
         )
         return g.obj
-    host = _host_out(out, count, np.float32)
+    host = host_out(out, count, np.float32)
     if _backend.resolve(backend) == "reference":
         host[...] = _ref.stream_normals(seed, count, substream, group, offset, domain)
     elif count:

@@ -30,6 +30,7 @@ from ._validation import (
     check_size,
     check_u32,
     float_array,
+    host_out,
     private_rng,
 )
 from .reference import rec as _ref
@@ -78,45 +79,16 @@ def candidate(
     size = check_size(size, "size")
     sigma = check_positive(sigma, "sigma")
     scale = float(np.float32(sigma))
-    g = _device.gpu_array(out, "out") if out is not None else None
-    which = _backend.resolve(backend, g.label if g else None, "out", host_data=out is not None)
-    if which == "cuda":
-        if g is None:
-            g = _device.new_device_array(0, _device.LEGACY_DEFAULT_STREAM, (size,), "float32")
-        else:
-            _check_gpu_out(g, size, ("float32",))
+    g = _device.gpu_out(out, size, "float32", backend)
+    if g is not None:
         _backend.cuda_module().stream_normals(g.device, g.stream, seed, index, group, 0, 0, size, scale, g.ptr)
         return g.obj
-    host = _host_out(out, size, np.float32)
-    if which == "reference":
+    host = host_out(out, size, np.float32)
+    if _backend.resolve(backend, None, "out") == "reference":
         host[...] = _ref.candidate(seed, group, index, size, sigma)
     else:
         _backend.native().stream_normals(seed, index, group, 0, 0, scale, host)
     return host if out is None else out
-
-
-def _check_gpu_out(g: _device.GpuArray, size: int, dtypes: tuple[str, ...], name: str = "out") -> None:
-    if g.dtype not in dtypes:
-        raise TypeError(f"{name} must have dtype {' or '.join(dtypes)}, got {g.dtype}")
-    if g.size != size:
-        raise ValueError(f"{name} must have {size} elements, got {g.size}")
-    if g.readonly:
-        raise ValueError(f"{name} is read-only")
-
-
-def _host_out(out: Any, size: int, dtype: Any) -> np.ndarray:
-    """``out`` checked as a writeable C-contiguous host array of ``size`` elements, or a new one."""
-    if out is None:
-        return np.empty(size, dtype=dtype)
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy.ndarray or a GPU array, got {type(out).__name__}")
-    if out.dtype != dtype:
-        raise TypeError(f"out must have dtype {np.dtype(dtype).name}, got {out.dtype}")
-    if out.size != size:
-        raise ValueError(f"out must have {size} elements, got {out.size}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be C-contiguous and writeable")
-    return out.reshape(-1)
 
 
 def logits(
