@@ -150,38 +150,49 @@ struct ClientParams {
 };
 }  // namespace
 
-void accumulate_f32(int device, Stream stream, float* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
-                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
+namespace {
+// The three aggregation entry points differ only in the kernel: one thread per Philox
+// block of the group, client parameters uploaded in stream order.
+template <class Launch>
+void launch_per_block(int device, Stream stream, uint64_t d, const uint64_t* seeds_host,
+                      const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients, const char* what,
+                      const Launch& launch) {
     DeviceGuard guard(device);
     const cudaStream_t s = as_stream(stream);
     ClientParams p(seeds_host, indices_host, coefs_host, n_clients, s);
     const uint64_t n = gpu::ceil_div(d, 4);
-    kernels::accumulate_f32<<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        n, out, d, group, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>(), n_clients);
-    check_launch("accumulate_f32");
+    launch(grid_for(n, kThreads), s, n, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>());
+    check_launch(what);
+}
+}  // namespace
+
+void accumulate_f32(int device, Stream stream, float* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
+                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
+    launch_per_block(device, stream, d, seeds_host, indices_host, coefs_host, n_clients, "accumulate_f32",
+                     [&](unsigned grid, cudaStream_t s, uint64_t n, const uint64_t* sd, const uint32_t* ix,
+                         const double* cf) {
+                         kernels::accumulate_f32<<<grid, kThreads, 0, s>>>(n, out, d, group, sd, ix, cf, n_clients);
+                     });
 }
 
 void accumulate_f64(int device, Stream stream, double* out, uint64_t d, uint32_t group, const uint64_t* seeds_host,
                     const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
-    DeviceGuard guard(device);
-    const cudaStream_t s = as_stream(stream);
-    ClientParams p(seeds_host, indices_host, coefs_host, n_clients, s);
-    const uint64_t n = gpu::ceil_div(d, 4);
-    kernels::accumulate_f64<<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        n, out, nullptr, d, group, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>(), n_clients);
-    check_launch("accumulate_f64");
+    launch_per_block(device, stream, d, seeds_host, indices_host, coefs_host, n_clients, "accumulate_f64",
+                     [&](unsigned grid, cudaStream_t s, uint64_t n, const uint64_t* sd, const uint32_t* ix,
+                         const double* cf) {
+                         kernels::accumulate_f64<<<grid, kThreads, 0, s>>>(n, out, nullptr, d, group, sd, ix, cf,
+                                                                             n_clients);
+                     });
 }
 
 void aggregate_f32(int device, Stream stream, float* out_f32, uint64_t d, uint32_t group, const uint64_t* seeds_host,
                    const uint32_t* indices_host, const double* coefs_host, uint64_t n_clients) {
-    DeviceGuard guard(device);
-    const cudaStream_t s = as_stream(stream);
-    ClientParams p(seeds_host, indices_host, coefs_host, n_clients, s);
-    const uint64_t n = gpu::ceil_div(d, 4);
-    kernels::accumulate_f64<<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        n, nullptr, out_f32, d, group, p.seeds.as<uint64_t>(), p.indices.as<uint32_t>(), p.coefs.as<double>(),
-        n_clients);
-    check_launch("aggregate_f32");
+    launch_per_block(device, stream, d, seeds_host, indices_host, coefs_host, n_clients, "aggregate_f32",
+                     [&](unsigned grid, cudaStream_t s, uint64_t n, const uint64_t* sd, const uint32_t* ix,
+                         const double* cf) {
+                         kernels::accumulate_f64<<<grid, kThreads, 0, s>>>(n, nullptr, out_f32, d, group, sd, ix,
+                                                                             cf, n_clients);
+                     });
 }
 
 namespace {
