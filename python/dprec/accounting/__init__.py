@@ -5,4 +5,12 @@ This namespace is filled in as the accounting modules land; see the module docst
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .rdp import CONVERSION_METHODS, DEFAULT_ORDERS, rdp_to_delta, rdp_to_epsilon, sampled_gaussian_rdp
+
+__all__ = [
+    "CONVERSION_METHODS",
+    "DEFAULT_ORDERS",
+    "rdp_to_delta",
+    "rdp_to_epsilon",
+    "sampled_gaussian_rdp",
+]
