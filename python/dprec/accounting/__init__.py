@@ -1,15 +1,80 @@
 """Privacy accounting for dprec (pure Python: NumPy and SciPy).
 
-This namespace is filled in as the accounting modules land; see the module docstrings.
+Modules
+-------
+dprec.accounting.rdp
+    Sampled Gaussian RDP (Mironov, Talwar and Zhang 2019) and RDP -> (eps, delta) conversions
+    (Mironov 2017; Balle et al. 2020 / Canonne, Kamath and Steinke 2020).
+dprec.accounting.dprec_rec
+    The DP-REC accountant (Triastcyn, Reisser and Louizos, final version, Algorithm 7 and
+    Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``.
+dprec.accounting.accountant
+    :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
+    Gaussian, any RDP curve) like dp_accounting's ``RdpAccountant`` and Opacus' ``RDPAccountant``.
+
+Every function validates its parameters and raises ``ValueError`` (``TypeError`` for a wrong
+type) naming the offending parameter. SciPy is required (``pip install dprec[accounting]``).
 """
 
 from __future__ import annotations
 
-from .rdp import CONVERSION_METHODS, DEFAULT_ORDERS, rdp_to_delta, rdp_to_epsilon, sampled_gaussian_rdp
+try:
+    import scipy  # noqa: F401
+except ImportError as exc:  # pragma: no cover - scipy is installed wherever the tests run
+    raise ImportError(
+        "dprec.accounting needs SciPy (special functions, root finding); install it with "
+        "`pip install dprec[accounting]` or `pip install scipy`"
+    ) from exc
+
+from .accountant import (
+    Accountant,
+    DPRECEvent,
+    GaussianEvent,
+    PrivacyEvent,
+    RdpEvent,
+    SampledGaussianEvent,
+)
+from .dprec_rec import (
+    DPREC_DEFAULT_ORDERS,
+    REVERSE_METHODS,
+    DPRECAccounting,
+    dprec_calibrate,
+    dprec_delta,
+    dprec_epsilon,
+    dprec_forward_rdp,
+    dprec_local_epsilon,
+    dprec_overhead,
+    dprec_reverse_rdp,
+)
+from .rdp import (
+    CONVERSION_METHODS,
+    DEFAULT_ORDERS,
+    epsilon_per_order,
+    rdp_to_delta,
+    rdp_to_epsilon,
+    sampled_gaussian_rdp,
+)
 
 __all__ = [
+    "Accountant",
     "CONVERSION_METHODS",
     "DEFAULT_ORDERS",
+    "DPRECAccounting",
+    "DPRECEvent",
+    "DPREC_DEFAULT_ORDERS",
+    "GaussianEvent",
+    "PrivacyEvent",
+    "REVERSE_METHODS",
+    "RdpEvent",
+    "SampledGaussianEvent",
+    "dprec_calibrate",
+    "dprec_delta",
+    "dprec_epsilon",
+    "dprec_forward_rdp",
+    "dprec_local_epsilon",
+    "dprec_overhead",
+    "dprec_reverse_rdp",
+    "epsilon_per_order",
     "rdp_to_delta",
     "rdp_to_epsilon",
     "sampled_gaussian_rdp",

@@ -40,6 +40,7 @@ from ._checks import check_delta, check_epsilon, check_nonnegative, check_orders
 __all__ = [
     "CONVERSION_METHODS",
     "DEFAULT_ORDERS",
+    "epsilon_per_order",
     "rdp_to_delta",
     "rdp_to_epsilon",
     "sampled_gaussian_rdp",
