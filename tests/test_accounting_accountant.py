@@ -127,3 +127,17 @@ def test_infinite_noise_and_zero_noise():
     assert acc.get_epsilon(1e-5) == 0.0
     acc = Accountant().compose(GaussianEvent(0.0))
     assert acc.get_epsilon(1e-5) == math.inf
+
+
+def test_ddg_skellam_qmgeo_events_wrap_their_rdp_functions():
+    from dprec.accounting import DDGEvent, QMGeoEvent, SkellamEvent, ddg_rdp, qmgeo_rdp, skellam_rdp
+
+    orders = np.array([2.0, 3.0, 8.0])
+    ddg = dict(l2_sensitivity=1.0, noise_stddev=5.0, num_clients=10, dim=100)
+    qm = dict(levels=8, p=0.9, dim=3)
+    for event_cls, fn, params in ((DDGEvent, ddg_rdp, ddg), (SkellamEvent, skellam_rdp, ddg), (QMGeoEvent, qmgeo_rdp, qm)):
+        acc = Accountant(orders=orders).compose(event_cls(params), count=4)
+        np.testing.assert_allclose(acc.rdp, 4 * np.asarray(fn(orders, **params)), rtol=1e-12)
+        assert acc.get_epsilon(1e-5) >= 0.0
+    with pytest.raises(ValueError, match="noise_stddev"):
+        DDGEvent(dict(ddg, noise_stddev=-1.0))

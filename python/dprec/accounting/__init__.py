@@ -26,14 +26,19 @@ except ImportError as exc:  # pragma: no cover - scipy is installed wherever the
         "`pip install dprec[accounting]` or `pip install scipy`"
     ) from exc
 
+from . import discrete, joint_noise, qmgeo
 from .accountant import (
     Accountant,
+    DDGEvent,
     DPRECEvent,
     GaussianEvent,
     PrivacyEvent,
+    QMGeoEvent,
     RdpEvent,
     SampledGaussianEvent,
+    SkellamEvent,
 )
+from .discrete import *  # noqa: F401,F403 - re-exported, listed in __all__ below
 from .dprec_rec import (
     DPREC_DEFAULT_ORDERS,
     REVERSE_METHODS,
@@ -46,6 +51,8 @@ from .dprec_rec import (
     dprec_overhead,
     dprec_reverse_rdp,
 )
+from .joint_noise import *  # noqa: F401,F403
+from .qmgeo import *  # noqa: F401,F403
 from .rdp import (
     CONVERSION_METHODS,
     DEFAULT_ORDERS,
@@ -78,4 +85,11 @@ __all__ = [
     "rdp_to_delta",
     "rdp_to_epsilon",
     "sampled_gaussian_rdp",
+    "DDGEvent",
+    "QMGeoEvent",
+    "SkellamEvent",
+    "discrete",
+    "joint_noise",
+    "qmgeo",
 ]
+__all__ += discrete.__all__ + joint_noise.__all__ + qmgeo.__all__

@@ -53,11 +53,14 @@ from .rdp import CONVERSION_METHODS, DEFAULT_ORDERS, rdp_to_delta, rdp_to_epsilo
 
 __all__ = [
     "Accountant",
+    "DDGEvent",
     "DPRECEvent",
     "GaussianEvent",
     "PrivacyEvent",
+    "QMGeoEvent",
     "RdpEvent",
     "SampledGaussianEvent",
+    "SkellamEvent",
 ]
 
 
@@ -299,3 +302,50 @@ class Accountant:
         """Delta at ``epsilon`` (see :meth:`get_delta_and_optimal_order`)."""
         return self.get_delta_and_optimal_order(epsilon, method=method)[0]
 
+
+
+@dataclass(frozen=True)
+class _KeywordRdpEvent(PrivacyEvent):
+    """An event whose curve is ``fn(orders, **params)`` from another accounting module."""
+
+    params: dict
+
+    def _fn(self) -> Callable[..., Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __post_init__(self) -> None:
+        # Validate now (the RDP function names any bad parameter), not at compose time.
+        self._fn()(np.array([2.0]), **self.params)
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        return np.asarray(self._fn()(orders, **self.params), dtype=np.float64)
+
+
+class DDGEvent(_KeywordRdpEvent):
+    """One round of the distributed discrete Gaussian: ``DDGEvent(dict(l2_sensitivity=..., ...))``.
+
+    ``params`` are the keyword arguments of :func:`dprec.accounting.discrete.ddg_rdp`.
+    """
+
+    def _fn(self) -> Callable[..., Any]:
+        from .discrete import ddg_rdp
+
+        return ddg_rdp
+
+
+class SkellamEvent(_KeywordRdpEvent):
+    """One round of the Skellam mechanism; ``params`` as for :func:`dprec.accounting.discrete.skellam_rdp`."""
+
+    def _fn(self) -> Callable[..., Any]:
+        from .discrete import skellam_rdp
+
+        return skellam_rdp
+
+
+class QMGeoEvent(_KeywordRdpEvent):
+    """One round of QMGeo; ``params`` as for :func:`dprec.accounting.qmgeo.qmgeo_rdp` (levels, p, ...)."""
+
+    def _fn(self) -> Callable[..., Any]:
+        from .qmgeo import qmgeo_rdp
+
+        return qmgeo_rdp
