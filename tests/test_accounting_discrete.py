@@ -99,10 +99,15 @@ def test_ddg_tau_and_concentrated_epsilon_formulas():
     assert ddg_tau(sigma, n, gamma) == pytest.approx(want_tau, rel=1e-14)
     assert ddg_tau(sigma, 1, gamma) == 0.0
     l2, d = 2.0, 16
-    want = min(math.sqrt(l2**2 / (n * sigma**2) + 0.5 * want_tau * d), l2 / (math.sqrt(n) * sigma) + want_tau * math.sqrt(d))
+    want = min(
+        math.sqrt(l2**2 / (n * sigma**2) + 0.5 * want_tau * d), l2 / (math.sqrt(n) * sigma) + want_tau * math.sqrt(d)
+    )
     assert ddg_concentrated_epsilon(l2, sigma, n, d, gamma) == pytest.approx(want, rel=1e-14)
     # ddg_rdp never exceeds Theorem E.1's a eps^2 / 2
-    assert np.all(ddg_rdp(ORDERS, l2_sensitivity=l2, noise_stddev=sigma, num_clients=n, dim=d, granularity=gamma) <= ORDERS * want**2 / 2 * (1 + 1e-14))
+    assert np.all(
+        ddg_rdp(ORDERS, l2_sensitivity=l2, noise_stddev=sigma, num_clients=n, dim=d, granularity=gamma)
+        <= ORDERS * want**2 / 2 * (1 + 1e-14)
+    )
 
 
 def test_rounded_l2_sensitivity():
@@ -174,18 +179,38 @@ def test_sampled_discrete_mechanisms():
     sub = ddg_rdp(orders, l2_sensitivity=1.0, noise_stddev=1.0, num_clients=10, dim=100, sampling_rate=0.01)
     assert np.all(sub[:3] < full[:3]) and np.isinf(sub[3])
     full = skellam_rdp(orders, l2_sensitivity=1.0, noise_stddev=0.5, num_clients=10, dim=100, granularity=0.01)
-    sub = skellam_rdp(orders, l2_sensitivity=1.0, noise_stddev=0.5, num_clients=10, dim=100, granularity=0.01, sampling_rate=0.01)
+    sub = skellam_rdp(
+        orders, l2_sensitivity=1.0, noise_stddev=0.5, num_clients=10, dim=100, granularity=0.01, sampling_rate=0.01
+    )
     assert np.all(sub[:3] < full[:3]) and np.isinf(sub[3])
 
 
 @pytest.mark.parametrize("method", ["mironov", "balle"])
 def test_calibration_round_trips(method):
-    common = dict(l2_sensitivity=1.2, num_clients=20, dim=256, delta=1e-5, steps=100, sampling_rate=0.05, granularity=0.05, method=method)
+    common = dict(
+        l2_sensitivity=1.2,
+        num_clients=20,
+        dim=256,
+        delta=1e-5,
+        steps=100,
+        sampling_rate=0.05,
+        granularity=0.05,
+        method=method,
+    )
     sigma = ddg_noise_for_epsilon(2.0, **common)
     eps, _ = ddg_epsilon(noise_stddev=sigma, **common)
     assert 2.0 - 1e-6 < eps <= 2.0
     assert ddg_epsilon(noise_stddev=sigma * (1 - 1e-4), **common)[0] > 2.0
-    sk = dict(l2_sensitivity=1.2, num_clients=20, dim=256, delta=1e-5, steps=100, sampling_rate=0.05, granularity=0.05, method=method)
+    sk = dict(
+        l2_sensitivity=1.2,
+        num_clients=20,
+        dim=256,
+        delta=1e-5,
+        steps=100,
+        sampling_rate=0.05,
+        granularity=0.05,
+        method=method,
+    )
     sigma = skellam_noise_for_epsilon(2.0, **sk)
     eps, _ = skellam_epsilon(noise_stddev=sigma, **sk)
     assert 2.0 - 1e-6 < eps <= 2.0

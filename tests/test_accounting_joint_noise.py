@@ -61,7 +61,9 @@ def test_composition_is_steps_times_rounds_sampled_gaussian_steps():
     eps_a = joint_noise_epsilon(1.3, 0.05, 1e-6, local_steps=4, rounds=7)
     eps_b = joint_noise_epsilon(1.3, 0.05, 1e-6, local_steps=1, rounds=28)
     assert eps_a == eps_b
-    assert eps_a == rdp_to_epsilon(np.arange(2.0, 257.0), 28 * sampled_gaussian_rdp(0.05, 1.3, np.arange(2.0, 257.0)), 1e-6)
+    assert eps_a == rdp_to_epsilon(
+        np.arange(2.0, 257.0), 28 * sampled_gaussian_rdp(0.05, 1.3, np.arange(2.0, 257.0)), 1e-6
+    )
 
 
 def test_epsilon_matches_dp_accounting_with_same_orders():
@@ -83,7 +85,9 @@ def test_sigma_total_forms():
     assert sigma_total([3.0, 4.0, 12.0], honest_but_curious=True) == pytest.approx(5.0)
     assert sigma_total_equal(0.69, 10) == pytest.approx(0.69 * math.sqrt(10))
     assert sigma_total_equal(0.69, 10, honest_but_curious=True) == pytest.approx(0.69 * 3.0)
-    assert sigma_total([0.7] * 6, honest_but_curious=True) == pytest.approx(sigma_total_equal(0.7, 6, honest_but_curious=True))
+    assert sigma_total([0.7] * 6, honest_but_curious=True) == pytest.approx(
+        sigma_total_equal(0.7, 6, honest_but_curious=True)
+    )
     for hbc in (False, True):
         share = client_sigma_for_total(2.5, 7, honest_but_curious=hbc)
         assert sigma_total_equal(share, 7, honest_but_curious=hbc) == pytest.approx(2.5)

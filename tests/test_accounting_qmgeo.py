@@ -48,7 +48,9 @@ def test_eq23_sum_as_printed_against_fractions():
     p, r_levels, a = Fraction(1, 2), 5, 3
     q = 1 - p
     norm = 1 / (1 - q ** (r_levels - 1))
-    total = sum((p * q ** (i - 1) * norm) ** a / (q ** (r_levels + 1 - i) * p * norm) ** (a - 1) for i in range(1, r_levels + 1))
+    total = sum(
+        (p * q ** (i - 1) * norm) ** a / (q ** (r_levels + 1 - i) * p * norm) ** (a - 1) for i in range(1, r_levels + 1)
+    )
     assert qmgeo_paper_eq23(3.0, r_levels, 0.5) == pytest.approx(math.log(total) / (a - 1), rel=1e-12)
 
 

@@ -120,7 +120,11 @@ def rounded_l2_sensitivity(clip: float, dim: int, granularity: float, beta: floa
     deterministic = (c + gamma * math.sqrt(d)) ** 2
     if beta == 0.0:
         return math.sqrt(deterministic)
-    conditional = c * c + gamma * gamma * d / 4.0 + math.sqrt(2.0 * math.log(1.0 / beta)) * gamma * (c + 0.5 * gamma * math.sqrt(d))
+    conditional = (
+        c * c
+        + gamma * gamma * d / 4.0
+        + math.sqrt(2.0 * math.log(1.0 / beta)) * gamma * (c + 0.5 * gamma * math.sqrt(d))
+    )
     return math.sqrt(min(conditional, deterministic))
 
 
@@ -171,7 +175,9 @@ def ddg_tau(noise_stddev: float, num_clients: int, granularity: float = 1.0) -> 
     return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * (sigma / gamma) ** 2 * k / (k + 1.0))))
 
 
-def _ddg_params(l2_sensitivity: Any, noise_stddev: Any, num_clients: Any, dim: Any, granularity: Any, l1_sensitivity: Any):
+def _ddg_params(
+    l2_sensitivity: Any, noise_stddev: Any, num_clients: Any, dim: Any, granularity: Any, l1_sensitivity: Any
+):
     l2 = check_nonnegative(l2_sensitivity, "l2_sensitivity")
     sigma = check_positive(noise_stddev, "noise_stddev")
     n = check_count(num_clients, "num_clients")
@@ -251,7 +257,9 @@ def ddg_rdp(
         float64 RDP of one step at each order.
     """
     alphas = check_orders(orders)
-    l2, sigma, n, d, gamma, l1 = _ddg_params(l2_sensitivity, noise_stddev, num_clients, dim, granularity, l1_sensitivity)
+    l2, sigma, n, d, gamma, l1 = _ddg_params(
+        l2_sensitivity, noise_stddev, num_clients, dim, granularity, l1_sensitivity
+    )
     q = check_probability(sampling_rate, "sampling_rate")
     tau = ddg_tau(sigma, n, gamma)
     eps_cdp = ddg_concentrated_epsilon(l2, sigma, n, d, gamma)

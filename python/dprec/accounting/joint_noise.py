@@ -32,7 +32,15 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.optimize import brentq
 
-from ._checks import check_count, check_delta, check_epsilon, check_nonnegative, check_orders, check_positive, check_probability
+from ._checks import (
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_nonnegative,
+    check_orders,
+    check_positive,
+    check_probability,
+)
 from .rdp import rdp_to_epsilon, sampled_gaussian_rdp
 
 __all__ = [
@@ -105,7 +113,9 @@ def client_sigma_for_total(total_sigma: float, num_clients: int, *, honest_but_c
     return total / math.sqrt(counted)
 
 
-def joint_noise_rdp(orders: Any, noise_multiplier: float, sampling_rate: float, local_steps: int = 1, rounds: int = 1) -> np.ndarray:
+def joint_noise_rdp(
+    orders: Any, noise_multiplier: float, sampling_rate: float, local_steps: int = 1, rounds: int = 1
+) -> np.ndarray:
     """RDP of S local steps per round over T rounds: ``S * T`` sampled-Gaussian steps (SPEC §6).
 
     Parameters
@@ -172,7 +182,9 @@ def joint_noise_calibrate(
     check_probability(sampling_rate, "sampling_rate")
 
     def eps(sigma: float) -> float:
-        return joint_noise_epsilon(sigma, sampling_rate, delta, local_steps=local_steps, rounds=rounds, orders=orders, method=method)[0]
+        return joint_noise_epsilon(
+            sigma, sampling_rate, delta, local_steps=local_steps, rounds=rounds, orders=orders, method=method
+        )[0]
 
     lo, hi = 1e-2, 1.0
     while eps(hi) > target:

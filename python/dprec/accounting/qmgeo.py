@@ -315,7 +315,9 @@ def qmgeo_renyi_divergence(
     return _renyi_from_logs(alphas, log_p, log_q)
 
 
-def _coordinate_rdp(alphas: np.ndarray, levels: int, p: float, w_max: float, inputs: Optional[np.ndarray]) -> np.ndarray:
+def _coordinate_rdp(
+    alphas: np.ndarray, levels: int, p: float, w_max: float, inputs: Optional[np.ndarray]
+) -> np.ndarray:
     """sup over ordered input pairs of D_a(P_w || P_w') for one coordinate."""
     if inputs is None:
         # w = -w_max and w = +w_max have disjoint output supports (module docstring).
