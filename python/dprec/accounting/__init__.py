@@ -10,7 +10,17 @@ dprec.accounting.dprec_rec
     Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``.
 dprec.accounting.accountant
     :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
-    Gaussian, any RDP curve) like dp_accounting's ``RdpAccountant`` and Opacus' ``RDPAccountant``.
+    Gaussian, DDG, Skellam, QMGeo, any RDP curve) like dp_accounting's ``RdpAccountant`` and
+    Opacus' ``RDPAccountant``.
+dprec.accounting.joint_noise
+    Joint noise scaling through secure aggregation (Heikkila et al.): ``sigma_total`` and the
+    sampled-Gaussian accounting of S local steps per round over T rounds.
+dprec.accounting.qmgeo
+    QMGeo (Wang and Gursoy): the paper's eqs. (20), (23), (25)-(27), labelled as the paper's,
+    and the exact Renyi divergence of the corrected pmf of SPEC §5.
+dprec.accounting.discrete
+    Distributed discrete Gaussian (Kairouz, Liu and Steinke 2021; Chen et al. Theorem E.1) and
+    Skellam (Agarwal, Kairouz and Liu 2021): RDP, epsilon and noise calibration.
 
 Every function validates its parameters and raises ``ValueError`` (``TypeError`` for a wrong
 type) naming the offending parameter. SciPy is required (``pip install dprec[accounting]``).
