@@ -1,0 +1,105 @@
+"""Privacy accounting for dprec (pure Python: NumPy and SciPy).
+
+Modules
+-------
+dprec.accounting.rdp
+    Sampled Gaussian RDP (Mironov, Talwar and Zhang 2019) and RDP -> (eps, delta) conversions
+    (Mironov 2017; Balle et al. 2020 / Canonne, Kamath and Steinke 2020).
+dprec.accounting.dprec_rec
+    The DP-REC accountant (Triastcyn, Reisser and Louizos, final version, Algorithm 7 and
+    Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``.
+dprec.accounting.accountant
+    :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
+    Gaussian, DDG, Skellam, QMGeo, any RDP curve) like dp_accounting's ``RdpAccountant`` and
+    Opacus' ``RDPAccountant``.
+dprec.accounting.joint_noise
+    Joint noise scaling through secure aggregation (Heikkila et al.): ``sigma_total`` and the
+    sampled-Gaussian accounting of S local steps per round over T rounds.
+dprec.accounting.qmgeo
+    QMGeo (Wang and Gursoy): the paper's eqs. (20), (23), (25)-(27), labelled as the paper's,
+    and the exact Renyi divergence of the corrected pmf of SPEC §5.
+dprec.accounting.discrete
+    Distributed discrete Gaussian (Kairouz, Liu and Steinke 2021; Chen et al. Theorem E.1) and
+    Skellam (Agarwal, Kairouz and Liu 2021): RDP, epsilon and noise calibration.
+
+Every function validates its parameters and raises ``ValueError`` (``TypeError`` for a wrong
+type) naming the offending parameter. SciPy is required (``pip install dprec[accounting]``).
+"""
+
+from __future__ import annotations
+
+try:
+    import scipy  # noqa: F401
+except ImportError as exc:  # pragma: no cover - scipy is installed wherever the tests run
+    raise ImportError(
+        "dprec.accounting needs SciPy (special functions, root finding); install it with "
+        "`pip install dprec[accounting]` or `pip install scipy`"
+    ) from exc
+
+from . import discrete, joint_noise, qmgeo
+from .accountant import (
+    Accountant,
+    DDGEvent,
+    DPRECEvent,
+    GaussianEvent,
+    PrivacyEvent,
+    QMGeoEvent,
+    RdpEvent,
+    SampledGaussianEvent,
+    SkellamEvent,
+)
+from .discrete import *  # noqa: F401,F403 - re-exported, listed in __all__ below
+from .dprec_rec import (
+    DPREC_DEFAULT_ORDERS,
+    REVERSE_METHODS,
+    DPRECAccounting,
+    dprec_calibrate,
+    dprec_delta,
+    dprec_epsilon,
+    dprec_forward_rdp,
+    dprec_local_epsilon,
+    dprec_overhead,
+    dprec_reverse_rdp,
+)
+from .joint_noise import *  # noqa: F401,F403
+from .qmgeo import *  # noqa: F401,F403
+from .rdp import (
+    CONVERSION_METHODS,
+    DEFAULT_ORDERS,
+    epsilon_per_order,
+    rdp_to_delta,
+    rdp_to_epsilon,
+    sampled_gaussian_rdp,
+)
+
+__all__ = [
+    "Accountant",
+    "CONVERSION_METHODS",
+    "DEFAULT_ORDERS",
+    "DPRECAccounting",
+    "DPRECEvent",
+    "DPREC_DEFAULT_ORDERS",
+    "GaussianEvent",
+    "PrivacyEvent",
+    "REVERSE_METHODS",
+    "RdpEvent",
+    "SampledGaussianEvent",
+    "dprec_calibrate",
+    "dprec_delta",
+    "dprec_epsilon",
+    "dprec_forward_rdp",
+    "dprec_local_epsilon",
+    "dprec_overhead",
+    "dprec_reverse_rdp",
+    "epsilon_per_order",
+    "rdp_to_delta",
+    "rdp_to_epsilon",
+    "sampled_gaussian_rdp",
+    "DDGEvent",
+    "QMGeoEvent",
+    "SkellamEvent",
+    "discrete",
+    "joint_noise",
+    "qmgeo",
+]
+__all__ += discrete.__all__ + joint_noise.__all__ + qmgeo.__all__

@@ -1,0 +1,401 @@
+"""Privacy of QMGeo (Wang and Gursoy): the paper's formulas, and the exact Renyi divergence.
+
+Two different things live here, and they must not be confused:
+
+1. **The paper's formulas, as printed** (functions named ``qmgeo_paper_eq*``). They are
+   provided to reproduce the paper's numbers, not as guarantees for dprec's quantizer:
+
+   * eq. (20): ``eps = -(ln p + (R-2) ln(1-p))`` (pure DP of one coordinate);
+   * eq. (26): ``eps = -d kappa (ln p + (R-2) ln(1-p))`` (d coordinates, sampling rate kappa);
+   * eq. (23): the Renyi divergence between the paper's two "extremal" distributions, the sum
+     evaluated numerically exactly as printed;
+   * eq. (25): the closed form the paper derives from (23); eq. (27) multiplies it by
+     ``kappa^2 d``. As printed, (25) and (27) are *negative* at alpha = 2; the paper's reported
+     per-round values are their absolute values (SPEC §5): ``|eq. (27)| = 2.626`` for p = 0.9,
+     R = 8 and ``4.492`` for p = 0.9, R = 16 (d = 3562, kappa = 0.005333, alpha = 2). The same
+     formula gives 0.787 for p = 0.5, R = 8, where the paper prints 0.784.
+
+2. **The exact Renyi divergence of the implemented quantizer** (SPEC §5, the corrected pmf):
+   levels ``Bin(r) = -Wmax + 2 r Wmax / (R-1)``, ``Delta = 2 Wmax / (R-1)``, for an input w,
+   ``r = min(floor((w + Wmax) / Delta), R-2)``, ``theta = (w - Bin(r)) / Delta``, and output
+   level j has probability ``(1-theta) p q^(r-j) / (1 - q^(r+1))`` for j <= r and
+   ``theta p q^(j-r-1) / (1 - q^(R-r-1))`` for j > r (q = 1 - p).
+   :func:`qmgeo_renyi_divergence` computes ``D_a(P_w || P_w')`` for given inputs exactly (a
+   finite sum over the R levels, in log space). :func:`qmgeo_rdp` takes the worst case.
+
+Neighbouring relation and worst case
+------------------------------------
+QMGeo is applied per coordinate to a clipped value in ``[-Wmax, Wmax]``; a neighbouring
+dataset may change that value to *any* other value in the interval (this is the paper's
+Section IV-B setting: its worst case puts g and g' at Bin(0) and Bin(R-1)). The per-coordinate
+RDP is therefore ``sup_{w, w'} D_a(P_w || P_w')`` over the allowed inputs, and d coordinates
+compose to ``d`` times that (they use independent randomness; the worst case is taken in every
+coordinate at once).
+
+**Over the whole interval this supremum is infinite, for every p and R.** The corrected pmf
+maps ``w = -Wmax`` (r = 0, theta = 0) to level 0 with probability 1, and ``w = +Wmax``
+(r = R-2, theta = 1) to level R-1 with probability 1; these two output distributions have
+disjoint supports, so their Renyi divergence (and the pure-DP epsilon) is infinite. More
+generally, any input on a level (theta = 0) never outputs a level above its own. The paper's
+eqs. (20)-(27) therefore do not bound the implemented mechanism; its privacy over the full
+input interval is nil. :func:`qmgeo_rdp` returns ``inf`` in that case, and a finite value only
+when the inputs are restricted to a finite set (``inputs=``), e.g. values on a grid strictly
+between the levels; the supremum is then a maximum over all ordered pairs of that set.
+
+Subsampling
+-----------
+Per round, a coordinate vector computed on a Poisson subsample (rate ``sampling_rate``, the
+paper's kappa) is amplified with the Zhu-Wang (2019) general Poisson-subsampling bound
+(:mod:`dprec.accounting._subsampling`), applied to the d-coordinate RDP curve (the subsample is
+shared by all coordinates, so the amplification is applied once, after composing coordinates;
+the paper's (27) instead scales each coordinate by ``kappa^2``, an O(.) heuristic that is not a
+bound). The Zhu-Wang bound exists at integer orders only; other orders get ``inf``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+from scipy.special import logsumexp
+
+from ._checks import check_count, check_finite, check_orders, check_positive, check_probability
+from ._subsampling import poisson_subsampled_rdp
+
+__all__ = [
+    "qmgeo_log_pmf",
+    "qmgeo_paper_eq20",
+    "qmgeo_paper_eq23",
+    "qmgeo_paper_eq25",
+    "qmgeo_paper_eq26",
+    "qmgeo_paper_eq27",
+    "qmgeo_pmf",
+    "qmgeo_rdp",
+    "qmgeo_renyi_divergence",
+]
+
+
+def _check_levels(levels: Any) -> int:
+    return check_count(levels, "levels", minimum=2)
+
+
+def _check_p(p: Any) -> float:
+    return check_probability(p, "p")
+
+
+def _check_order_scalar(alpha: Any) -> float:
+    alpha = check_finite(alpha, "alpha")
+    if not alpha > 1.0:
+        raise ValueError(f"alpha must be > 1, got {alpha!r}")
+    return alpha
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's formulas, as printed
+# --------------------------------------------------------------------------------------------
+
+
+def qmgeo_paper_eq20(levels: int, p: float) -> float:
+    """Wang and Gursoy, eq. (20)-(21): ``eps = -(ln p + (R-2) ln(1-p))``, as printed.
+
+    The paper's pure-DP epsilon of one quantized coordinate, derived from the ratio
+    ``(1/2) / ((1/2) p (1-p)^(R-2))``. It is **not** a guarantee for dprec's corrected pmf, whose
+    epsilon over ``[-Wmax, Wmax]`` is infinite (see the module docstring).
+
+    Parameters
+    ----------
+    levels : int
+        R >= 2, the number of quantization levels.
+    p : float
+        Geometric success probability in (0, 1); ``p = 1`` gives ``inf`` (for R > 2).
+    """
+    levels = _check_levels(levels)
+    p = _check_p(p)
+    if p == 1.0:
+        return 0.0 if levels == 2 else math.inf
+    return -(math.log(p) + (levels - 2) * math.log1p(-p))
+
+
+def qmgeo_paper_eq26(levels: int, p: float, dim: int, sampling_rate: float) -> float:
+    """Wang and Gursoy, eq. (26): ``eps = -d kappa (ln p + (R-2) ln(1-p))``, as printed.
+
+    eq. (20) times the dimension d and the sampling rate kappa (the paper's combination of
+    composition over coordinates with amplification by sampling). Labelled as the paper's
+    formula; not a guarantee for dprec's quantizer.
+    """
+    dim = check_count(dim, "dim")
+    kappa = check_probability(sampling_rate, "sampling_rate")
+    return dim * kappa * qmgeo_paper_eq20(levels, p)
+
+
+def qmgeo_paper_eq23(alpha: float, levels: int, p: float) -> float:
+    """Wang and Gursoy, eq. (23), the sum evaluated numerically exactly as printed.
+
+    ``1/(a-1) log sum_{i=1}^{R} (p q^(i-1) / (1-q^(R-1)))^a / (q^(R+1-i) p / (1-q^(R-1)))^(a-1)``,
+    the paper's Renyi divergence between a truncated geometric on the R levels and its mirror
+    image. (Its normaliser ``1 - q^(R-1)`` and the mirror's exponent ``R+1-i`` are kept as
+    printed.) Labelled as the paper's formula; compare with the closed form (25).
+    """
+    alpha = _check_order_scalar(alpha)
+    levels = _check_levels(levels)
+    p = _check_p(p)
+    if p == 1.0:
+        return math.inf
+    log_q = math.log1p(-p)
+    log_norm = math.log(p) - math.log(-math.expm1((levels - 1) * log_q))
+    i = np.arange(1, levels + 1, dtype=np.float64)
+    log_num = alpha * (log_norm + (i - 1.0) * log_q)
+    log_den = (alpha - 1.0) * (log_norm + (levels + 1.0 - i) * log_q)
+    return float(logsumexp(log_num - log_den)) / (alpha - 1.0)
+
+
+def qmgeo_paper_eq25(alpha: float, levels: int, p: float) -> float:
+    """Wang and Gursoy, eq. (25), as printed (signed; negative at alpha = 2 for the paper's p, R).
+
+    ``eps(a) <= 1/(1-a) log{ p q^(-2a + (1-a) R + 1) / (1 - q^(R-1))
+                             * a (q^((2a-1) R) - 1) / (q^(2a-1) - 1) }``, q = 1 - p.
+
+    Labelled as the paper's formula. Note the prefactor ``1/(1-a)`` (negative for a > 1), which
+    is what makes the printed value negative; the paper reports absolute values.
+    """
+    alpha = _check_order_scalar(alpha)
+    levels = _check_levels(levels)
+    p = _check_p(p)
+    if p == 1.0:
+        raise ValueError("p must be < 1 in eq. (25) (it divides by q^(2a-1) - 1 = -1 and takes log q)")
+    q = 1.0 - p
+    log_q = math.log(q)
+    log_first = math.log(p) + (-2.0 * alpha + (1.0 - alpha) * levels + 1.0) * log_q - math.log1p(-(q ** (levels - 1)))
+    # a (q^((2a-1)R) - 1) / (q^(2a-1) - 1): both factors are negative for 0 < q < 1, ratio > 0.
+    ratio = alpha * math.expm1((2.0 * alpha - 1.0) * levels * log_q) / math.expm1((2.0 * alpha - 1.0) * log_q)
+    return (log_first + math.log(ratio)) / (1.0 - alpha)
+
+
+def qmgeo_paper_eq27(
+    alpha: float,
+    levels: int,
+    p: float,
+    dim: int,
+    sampling_rate: float,
+    *,
+    absolute: bool = False,
+) -> float:
+    """Wang and Gursoy, eq. (27): ``kappa^2 d`` times eq. (25), as printed.
+
+    Parameters
+    ----------
+    alpha : float
+        Renyi order > 1 (the paper evaluates alpha = 2).
+    levels, p : int, float
+        R and the geometric parameter, as in eq. (25).
+    dim : int
+        d, the number of coordinates.
+    sampling_rate : float
+        kappa in (0, 1].
+    absolute : bool
+        Return ``|eq. (27)|``: the paper's reported per-round values (2.626 for p = 0.9, R = 8;
+        4.492 for p = 0.9, R = 16; d = 3562, kappa = 0.005333, alpha = 2) are the absolute
+        values of the printed formula, which is negative there (SPEC §5).
+
+    Returns
+    -------
+    float
+        The printed formula's value (signed unless ``absolute``). Labelled as the paper's
+        formula: it is not a bound on dprec's quantizer (module docstring).
+    """
+    dim = check_count(dim, "dim")
+    kappa = check_probability(sampling_rate, "sampling_rate")
+    value = kappa * kappa * dim * qmgeo_paper_eq25(alpha, levels, p)
+    return abs(value) if absolute else value
+
+
+# --------------------------------------------------------------------------------------------
+# The implemented (corrected) pmf and its exact Renyi divergence
+# --------------------------------------------------------------------------------------------
+
+
+def qmgeo_log_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray:
+    """Natural log of the corrected QMGeo pmf of SPEC §5 for one input (``-inf`` for mass 0).
+
+    Parameters
+    ----------
+    w : float
+        Input in ``[-w_max, w_max]``.
+    levels : int
+        R >= 2.
+    p : float
+        Geometric success probability in (0, 1]; p = 1 is plain stochastic rounding.
+    w_max : float
+        Clipping bound Wmax > 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 array of length R: ``log P(output = Bin(j))`` for j = 0..R-1.
+    """
+    levels = _check_levels(levels)
+    p = _check_p(p)
+    w_max = check_positive(w_max, "w_max")
+    w = check_finite(w, "w")
+    if abs(w) > w_max:
+        raise ValueError(f"w must be in [-w_max, w_max] = [{-w_max!r}, {w_max!r}], got {w!r}")
+    step = 2.0 * w_max / (levels - 1)
+    r = min(int(math.floor((w + w_max) / step)), levels - 2)
+    theta = (w - (-w_max + r * step)) / step
+    theta = min(max(theta, 0.0), 1.0)  # rounding of (w + w_max) / step can leave [0, 1] by an ulp
+    j = np.arange(levels, dtype=np.float64)
+    out = np.full(levels, -np.inf)
+    with np.errstate(divide="ignore"):
+        log_down = math.log1p(-theta) if theta < 1.0 else -math.inf
+        log_up = math.log(theta) if theta > 0.0 else -math.inf
+    if p == 1.0:
+        out[r] = log_down
+        out[r + 1] = log_up
+        return out
+    log_p, log_q = math.log(p), math.log1p(-p)
+    # Normalisers 1 - q^(r+1) (levels r..0) and 1 - q^(R-r-1) (levels r+1..R-1).
+    log_norm_down = math.log(-math.expm1((r + 1) * log_q))
+    log_norm_up = math.log(-math.expm1((levels - r - 1) * log_q))
+    down = j <= r
+    out[down] = log_down + log_p + (r - j[down]) * log_q - log_norm_down
+    out[~down] = log_up + log_p + (j[~down] - r - 1.0) * log_q - log_norm_up
+    return out
+
+
+def qmgeo_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray:
+    """The corrected QMGeo pmf of SPEC §5 for one input (see :func:`qmgeo_log_pmf`)."""
+    return np.exp(qmgeo_log_pmf(w, levels, p, w_max))
+
+
+def _renyi_from_logs(alphas: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
+    """D_a(P || Q) for discrete P, Q given by their log-pmfs, at each order a > 1."""
+    support = log_p > -np.inf
+    if np.any(log_q[support] == -np.inf):
+        return np.full(alphas.shape, np.inf)  # P has mass where Q has none
+    lp, lq = log_p[support], log_q[support]
+    out = np.empty(alphas.shape)
+    for n, a in enumerate(alphas.tolist()):
+        out[n] = float(logsumexp(a * lp + (1.0 - a) * lq)) / (a - 1.0)
+    # A divergence is >= 0; round-off can give -1e-17 for identical inputs.
+    return np.maximum(out, 0.0)
+
+
+def qmgeo_renyi_divergence(
+    orders: Any,
+    w: float,
+    w_prime: float,
+    levels: int,
+    p: float,
+    w_max: float = 1.0,
+) -> np.ndarray:
+    """Exact ``D_a(P_w || P_w')`` between the corrected QMGeo output distributions of two inputs.
+
+    A finite sum over the R output levels, computed in log space:
+    ``D_a(P || Q) = 1/(a-1) log sum_j P(j)^a Q(j)^(1-a)``; ``inf`` when P puts mass on a level
+    where Q puts none (e.g. ``w = +w_max``, ``w_prime = -w_max``).
+
+    Parameters
+    ----------
+    orders : float or sequence of float
+        Renyi orders, each > 1.
+    w, w_prime : float
+        The two inputs, in ``[-w_max, w_max]``.
+    levels, p, w_max
+        As in :func:`qmgeo_pmf`.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, one value per order.
+    """
+    alphas = check_orders(orders)
+    log_p = qmgeo_log_pmf(w, levels, p, w_max)
+    log_q = qmgeo_log_pmf(w_prime, levels, p, w_max)
+    return _renyi_from_logs(alphas, log_p, log_q)
+
+
+def _coordinate_rdp(
+    alphas: np.ndarray, levels: int, p: float, w_max: float, inputs: Optional[np.ndarray]
+) -> np.ndarray:
+    """sup over ordered input pairs of D_a(P_w || P_w') for one coordinate."""
+    if inputs is None:
+        # w = -w_max and w = +w_max have disjoint output supports (module docstring).
+        return np.full(alphas.shape, np.inf)
+    logs = [qmgeo_log_pmf(float(w), levels, p, w_max) for w in inputs]
+    worst = np.zeros(alphas.shape)
+    for i, log_a in enumerate(logs):
+        for k, log_b in enumerate(logs):
+            if i != k:
+                worst = np.maximum(worst, _renyi_from_logs(alphas, log_a, log_b))
+    return worst
+
+
+def qmgeo_rdp(
+    orders: Any,
+    levels: int,
+    p: float,
+    *,
+    dim: int = 1,
+    sampling_rate: float = 1.0,
+    inputs: Any = None,
+    w_max: float = 1.0,
+) -> np.ndarray:
+    """Per-round RDP of d-coordinate QMGeo (corrected pmf), exact worst case, optional subsampling.
+
+    ``rdp(a) = ZW_q( d * sup_{w != w' in inputs} D_a(P_w || P_w') )`` where ``ZW_q`` is the
+    Zhu-Wang (2019) general Poisson-subsampling bound at rate q = ``sampling_rate`` (identity at
+    q = 1; ``inf`` at non-integer orders when q < 1). The neighbouring relation: one record
+    changes each coordinate's input to any other allowed input (module docstring).
+
+    Parameters
+    ----------
+    orders : float or sequence of float
+        Renyi orders, each > 1.
+    levels : int
+        R >= 2.
+    p : float
+        Geometric success probability in (0, 1].
+    dim : int
+        d, the number of coordinates quantized per round (composition over coordinates).
+    sampling_rate : float
+        Poisson sampling rate of records, in (0, 1] (the paper's kappa).
+    inputs : sequence of float, optional
+        The finite set of values a coordinate can take (each in ``[-w_max, w_max]``, at least two
+        distinct values). ``None`` means the whole interval ``[-w_max, w_max]``, for which the
+        supremum is infinite for every p and R (``-w_max`` and ``+w_max`` are quantized
+        deterministically to the two end levels), so the result is ``inf`` at every order.
+    w_max : float
+        Clipping bound Wmax > 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 RDP per round, one value per order (compose rounds by adding).
+    """
+    alphas = check_orders(orders)
+    levels = _check_levels(levels)
+    p = _check_p(p)
+    dim = check_count(dim, "dim")
+    q = check_probability(sampling_rate, "sampling_rate")
+    w_max = check_positive(w_max, "w_max")
+    grid: Optional[np.ndarray] = None
+    if inputs is not None:
+        try:
+            grid = np.atleast_1d(np.asarray(inputs, dtype=np.float64))
+        except (TypeError, ValueError) as exc:
+            raise TypeError("inputs must be a sequence of numbers") from exc
+        if grid.ndim != 1:
+            raise ValueError(f"inputs must be one-dimensional, got shape {grid.shape}")
+        if not np.all(np.isfinite(grid)):
+            raise ValueError("inputs must be finite")
+        if np.any(np.abs(grid) > w_max):
+            raise ValueError(f"inputs must lie in [-w_max, w_max] = [{-w_max!r}, {w_max!r}]")
+        grid = np.unique(grid)
+        if grid.size < 2:
+            raise ValueError("inputs must contain at least two distinct values")
+
+    def base(a: np.ndarray) -> np.ndarray:
+        return dim * _coordinate_rdp(a, levels, p, w_max, grid)
+
+    return poisson_subsampled_rdp(alphas, q, base)
