@@ -104,8 +104,9 @@ def bench_row(d_log2: int, rows: int, cols: int, repeat: int, min_time_s: float)
     scale = cs.scale
 
     def enc_kernel() -> None:
-        cm.count_sketch_encode(dev, stream, x.data_ptr(), "float32", d, cs.seed, cs.group, rows, cols, scale,
-                               table.data_ptr(), "float32")
+        cm.count_sketch_encode(
+            dev, stream, x.data_ptr(), "float32", d, cs.seed, cs.group, rows, cols, scale, table.data_ptr(), "float32"
+        )
 
     def enc_api() -> Any:
         return cs.encode(x)
@@ -124,12 +125,25 @@ def bench_row(d_log2: int, rows: int, cols: int, repeat: int, min_time_s: float)
     sketch = cs.encode(x)
 
     def dec_mean() -> None:
-        cm.count_sketch_decode(dev, stream, sketch.data_ptr(), "float32", d, cs.seed, cs.group, rows, cols, False,
-                               1.0, decoded.data_ptr())
+        cm.count_sketch_decode(
+            dev, stream, sketch.data_ptr(), "float32", d, cs.seed, cs.group, rows, cols, False, 1.0, decoded.data_ptr()
+        )
 
     def dec_median() -> None:
-        cm.count_sketch_decode(dev, stream, sketch.data_ptr(), "float32", d, cs.seed, cs.group, rows, cols, True,
-                               float(rows), decoded.data_ptr())
+        cm.count_sketch_decode(
+            dev,
+            stream,
+            sketch.data_ptr(),
+            "float32",
+            d,
+            cs.seed,
+            cs.group,
+            rows,
+            cols,
+            True,
+            float(rows),
+            decoded.data_ptr(),
+        )
 
     def dec_torch_mean() -> Any:
         return (sketch.view(-1)[idx] * signs).sum(0)
@@ -153,8 +167,6 @@ def bench_row(d_log2: int, rows: int, cols: int, repeat: int, min_time_s: float)
     enc_torch_pre()
     ref = cs.encode(x)
     times["_torch_rel_err"] = float((table - ref).norm() / ref.norm().clamp_min(1e-30))
-    del idx, signs
-    torch.cuda.empty_cache()
     return times
 
 
@@ -193,12 +205,22 @@ def main(argv: list[str] | None = None) -> int:
         args.log2_d, args.rows, args.repeat = [20], [5], 3
     import torch
 
-    print(f"dprec {dprec.__version__}, torch {torch.__version__}, {dprec.cuda.device_name(torch.cuda.current_device())}")
+    print(
+        f"dprec {dprec.__version__}, torch {torch.__version__}, {dprec.cuda.device_name(torch.cuda.current_device())}"
+    )
     ok, detail = agreement(args.agree_log2_d, 5, 1 << 10)
     print(f"agreement GPU vs CPU at d = 2^{args.agree_log2_d} + 3: {detail} -> {'OK' if ok else 'FAIL'}")
     print()
-    names = ["enc dprec", "enc API", "enc torch pre", "enc torch otf", "dec mean", "dec median", "dec torch mean",
-             "dec torch median"]
+    names = [
+        "enc dprec",
+        "enc API",
+        "enc torch pre",
+        "enc torch otf",
+        "dec mean",
+        "dec median",
+        "dec torch mean",
+        "dec torch median",
+    ]
     print("count-sketch on the GPU, float32, throughput in G elements/s (d / time)")
     print("| d | rows | cols | " + " | ".join(names) + " | dprec / torch pre (enc) | torch rel. err |")
     print("|" + "---|" * (len(names) + 5))
@@ -208,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
             t = bench_row(d_log2, rows, cols, args.repeat, args.min_time_ms / 1e3)
             d = 1 << d_log2
             cells = [f"{d / t[n] / _G:.2f}" if n in t else "-" for n in names]
-            print(f"| 2^{d_log2} | {rows} | {cols} | " + " | ".join(cells)
-                  + f" | {t['enc torch pre'] / t['enc dprec']:.2f}x | {t['_torch_rel_err']:.1e} |", flush=True)
+            print(
+                f"| 2^{d_log2} | {rows} | {cols} | "
+                + " | ".join(cells)
+                + f" | {t['enc torch pre'] / t['enc dprec']:.2f}x | {t['_torch_rel_err']:.1e} |",
+                flush=True,
+            )
     return 0 if ok else 1
 
 

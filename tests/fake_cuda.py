@@ -476,7 +476,9 @@ class FakeCuda:
         median_scale: float,
         out: int,
     ) -> None:
-        self._record("count_sketch_decode", stream, table, dtype, dim, seed, group, rows, cols, median, median_scale, out)
+        self._record(
+            "count_sketch_decode", stream, table, dtype, dim, seed, group, rows, cols, median, median_scale, out
+        )
         device = self._device(device)
         dim = _uint(dim, "dim")
         cells = self._check_sketch_shape(int(rows), int(cols))

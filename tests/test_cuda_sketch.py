@@ -75,7 +75,7 @@ def test_out_accumulates_several_clients(dtype):
     cs = CountSketch(100_003, 5, 1 << 12, seed=11)
     table = torch.randn(cs.shape, device="cuda", dtype=dtype)
     host = table.cpu().numpy().copy()
-    for client in range(3):
+    for _ in range(3):
         x = torch.randn(100_003, device="cuda", dtype=dtype)
         assert cs.encode(x, out=table) is table
         cs.encode(x.cpu().numpy(), out=host, backend="cpu")

@@ -138,8 +138,9 @@ def test_encode_top_of_the_group_and_seed_range(core, emu):
     x = np.linspace(-1, 1, 4103).astype(np.float32)
     for seed, group in [(0, 0), ((1 << 64) - 1, (1 << 32) - 1), (0x5EED, 12345)]:
         zero = np.zeros((3, 257), np.float32)
-        assert _same_bits(_emu_encode(emu, x, seed, group, 3, 257, 1.0, zero),
-                          _cpu_encode(core, x, seed, group, 3, 257, 1.0, zero))
+        assert _same_bits(
+            _emu_encode(emu, x, seed, group, 3, 257, 1.0, zero), _cpu_encode(core, x, seed, group, 3, 257, 1.0, zero)
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -200,8 +201,9 @@ def test_round_trip_through_the_public_api(emu):
     assert _same_bits(table, cs.encode(x, backend="cpu"))
     for method in ("mean", "median"):
         out = np.empty(5000, np.float32)
-        emu.count_sketch_decode(table.reshape(-1), cs.seed, cs.group, cs.rows, cs.cols, method == "median",
-                                float(cs.rows), out)
+        emu.count_sketch_decode(
+            table.reshape(-1), cs.seed, cs.group, cs.rows, cs.cols, method == "median", float(cs.rows), out
+        )
         assert _same_bits(out, cs.decode(table, method, backend="cpu"))
 
 

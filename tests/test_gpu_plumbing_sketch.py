@@ -87,8 +87,9 @@ def test_encode_converts_x_to_the_tables_dtype(fake_cuda):
         x = rng.standard_normal(500).astype(x_dtype)
         out = FakeGpuArray(fake_cuda, np.zeros(cs.shape, t_dtype))
         cs.encode(FakeGpuArray(fake_cuda, x), out=out)
-        want = cs.encode(x.astype(np.float32) if x_dtype == np.float16 else x, out=np.zeros(cs.shape, t_dtype),
-                         backend="cpu")
+        want = cs.encode(
+            x.astype(np.float32) if x_dtype == np.float16 else x, out=np.zeros(cs.shape, t_dtype), backend="cpu"
+        )
         assert _same_bits(out.host(), want), (x_dtype, t_dtype)
 
 

@@ -181,7 +181,7 @@ constexpr uint32_t kSketchMedianMaxRows = 32;
 template <class T>
 DPREC_INLINE void sketch_decode_median_thread(uint64_t j, const T* table, uint64_t seed, uint32_t group,
                                               uint32_t rows, uint64_t cols, double median_scale, T* out) {
-    double v[kSketchMedianMaxRows];
+    double v[kSketchMedianMaxRows] = {};  // rows >= 1 fill what is read; zeroed for the compilers
     const uint64_t block = j >> 2;
     const int lane = static_cast<int>(j & 3);
     for (uint32_t r = 0; r < rows; ++r) {

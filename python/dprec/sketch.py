@@ -203,8 +203,18 @@ class CountSketch:
         else:
             table = go
         cuda.count_sketch_encode(
-            gx.device, gx.stream, gx.ptr, gx.dtype, self._dim, self._seed, self._group, self._rows, self._cols,
-            self.scale, table.ptr, table.dtype,
+            gx.device,
+            gx.stream,
+            gx.ptr,
+            gx.dtype,
+            self._dim,
+            self._seed,
+            self._group,
+            self._rows,
+            self._cols,
+            self.scale,
+            table.ptr,
+            table.dtype,
         )
         return out if go is not None else table.obj
 
@@ -246,8 +256,18 @@ class CountSketch:
             _check_finite_gpu(gt, "table")
             out = _device.empty_like(gt, (self._dim,), gt.dtype)
             _backend.cuda_module().count_sketch_decode(
-                gt.device, gt.stream, gt.ptr, gt.dtype, self._dim, self._seed, self._group, self._rows, self._cols,
-                method == "median", median_scale, out.ptr,
+                gt.device,
+                gt.stream,
+                gt.ptr,
+                gt.dtype,
+                self._dim,
+                self._seed,
+                self._group,
+                self._rows,
+                self._cols,
+                method == "median",
+                median_scale,
+                out.ptr,
             )
             return out.obj
         t = float_array(table, "table")
