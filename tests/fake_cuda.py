@@ -1,10 +1,10 @@
 """A fake ``dprec._cuda`` for machines without a GPU (a test helper, not a test module).
 
 The Python plumbing of the CUDA backend (``dprec._device``, the GPU branches of
-``dprec.rec``, ``dprec.philox`` and ``dprec.codec``, ``dprec.cuda.DeviceArray``) only
-talks to the compiled module through the functions of csrc/python/bind_cuda_runtime.cpp
-and bind_cuda_rec.cpp. :class:`FakeCuda` offers the same functions, with the same argument
-order, on host memory:
+``dprec.rec``, ``dprec.philox``, ``dprec.codec`` and ``dprec.sketch``, ``dprec.cuda.DeviceArray``) only
+talks to the compiled module through the functions of csrc/python/bind_cuda_runtime.cpp,
+bind_cuda_rec.cpp and bind_cuda_sketch.cpp. :class:`FakeCuda` offers the same functions,
+with the same argument order, on host memory:
 
 * "device memory" is NumPy buffers in a registry ``{ptr: (nbytes, array)}``; a
   :class:`FakeCuda.DeviceBuffer` (and a :class:`FakeGpuArray`) allocates one, filled with
@@ -415,6 +415,82 @@ class FakeCuda:
             o[...] = self._view(src, device, np.float64, n, "src")  # __double2float_rn
         else:
             raise TypeError(f"src must be float16, bfloat16 or float64, got {dtype}")
+
+    # -- count-sketch (bind_cuda_sketch.cpp) ---------------------------------------------------
+
+    @staticmethod
+    def _check_sketch_shape(rows: int, cols: int) -> int:
+        if rows < 1 or rows > 1 << 16:
+            raise ValueError(f"rows must be in 1 .. 2**16, got {rows}")
+        if cols < 1 or cols > 0xFFFFFFFF:
+            raise ValueError(f"cols must be in 1 .. 2**32 - 1, got {cols}")
+        if rows * cols > MAX_STREAM_ELEMENTS:
+            raise ValueError(f"rows * cols must be at most 2**34, got {rows} * {cols}")
+        return rows * cols
+
+    @staticmethod
+    def _check_sketch_dim(dim: int, name: str) -> None:
+        if dim == 0:
+            raise ValueError(f"{name} must not be empty")
+        if dim > MAX_STREAM_ELEMENTS:
+            raise ValueError(f"{name} must have at most 2**34 elements (the Philox counter), got {dim}")
+
+    def count_sketch_encode(
+        self,
+        device: int,
+        stream: int,
+        x: int,
+        x_dtype: str,
+        dim: int,
+        seed: int,
+        group: int,
+        rows: int,
+        cols: int,
+        scale: float,
+        table: int,
+        table_dtype: str,
+    ) -> None:
+        self._record("count_sketch_encode", stream, x, x_dtype, dim, seed, group, rows, cols, scale, table, table_dtype)
+        device = self._device(device)
+        dim = _uint(dim, "dim")
+        cells = self._check_sketch_shape(int(rows), int(cols))
+        self._check_sketch_dim(dim, "x")
+        if not math.isfinite(scale):
+            raise ValueError("scale must be finite")
+        xv = self._view(x, device, _float_type(x_dtype, "x"), dim, "x")
+        tv = self._view(table, device, _float_type(table_dtype, "table"), cells, "table")
+        _emu().count_sketch_encode(xv, seed, group, rows, cols, float(scale), tv)
+
+    def count_sketch_decode(
+        self,
+        device: int,
+        stream: int,
+        table: int,
+        dtype: str,
+        dim: int,
+        seed: int,
+        group: int,
+        rows: int,
+        cols: int,
+        median: bool,
+        median_scale: float,
+        out: int,
+    ) -> None:
+        self._record(
+            "count_sketch_decode", stream, table, dtype, dim, seed, group, rows, cols, median, median_scale, out
+        )
+        device = self._device(device)
+        dim = _uint(dim, "dim")
+        cells = self._check_sketch_shape(int(rows), int(cols))
+        self._check_sketch_dim(dim, "out")
+        if not math.isfinite(median_scale):
+            raise ValueError("median_scale must be finite")
+        if median and rows > 32:
+            raise ValueError(f"rows must be at most 32 for the median decode on the GPU, got {rows}")
+        t = _float_type(dtype, "table")
+        tv = self._view(table, device, t, cells, "table")
+        ov = self._view(out, device, t, dim, "out")
+        _emu().count_sketch_decode(tv, seed, group, rows, cols, bool(median), float(median_scale), ov)
 
     # -- DLPack ------------------------------------------------------------------------------
 

@@ -131,3 +131,22 @@ def test_bench_encode_script():
     _check_report(proc.stdout)
     isa_lines = [line for line in proc.stdout.split("Per-ISA", 1)[1].splitlines()[2:] if "|" in line]
     assert isa_lines and all(line.rstrip().endswith("yes") for line in isa_lines), isa_lines
+
+
+def test_bench_gpu_sketch_script():
+    """Runs where there is a GPU (a quick table, GPU/CPU agreement OK); elsewhere it must
+    say why it cannot run and exit 0."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_gpu_sketch.py"
+    if not script.exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    proc = subprocess.run(
+        [sys.executable, str(script), "--quick", "--min-time-ms", "5", "--agree-log2-d", "12"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    if "cannot run here:" in proc.stdout:
+        assert len(proc.stdout.strip().splitlines()) == 1
+    else:
+        assert "-> OK" in proc.stdout and "| 2^20 | 5 |" in proc.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dprec import _backend
 from dprec.reference import sketch as ref_sketch
 from dprec.sketch import MAX_ROWS, CountSketch
 
@@ -197,8 +198,8 @@ def test_bad_input(backend):
         sk.decode(np.zeros((3, 2)), backend=backend)
     with pytest.raises(ValueError, match="infinite"):
         sk.decode(np.full((2, 3), np.inf), backend=backend)
-    with pytest.raises(ValueError, match="not implemented"):
-        sk.encode(np.ones(4), backend="cuda")
+    with pytest.raises(ValueError, match="cuda"):
+        sk.encode(np.ones(4), backend="cuda")  # host data: "needs GPU arrays", or no CUDA backend here
     # float16 is computed in float32
     assert sk.encode(np.ones(4, dtype=np.float16), backend=backend).dtype == np.float32
 
@@ -214,16 +215,27 @@ def test_gpu_arrays_are_rejected_until_the_cuda_kernels_land():
     from dprec.hadamard import RandomizedHadamard, fwht
 
     gpu = _FakeDlpackGpuArray()
-    sk = CountSketch(4, 2, 3, seed=1)
     for call in (
         lambda: fwht(gpu),
         lambda: RandomizedHadamard(4, 1).forward(gpu),
         lambda: RandomizedHadamard(4, 1).inverse(gpu),
-        lambda: sk.encode(gpu),
-        lambda: sk.encode(np.ones(4), out=gpu),
-        lambda: sk.decode(gpu),
     ):
         with pytest.raises(ValueError, match="CUDA kernels .* not implemented yet"):
+            call()
+
+
+@pytest.mark.skipif(_backend.cuda_available(), reason="this machine has a usable CUDA backend")
+def test_sketch_gpu_arrays_without_a_cuda_backend_say_why():
+    # The GPU path itself is tested with a fake CUDA module (test_gpu_plumbing_sketch.py)
+    # and on a GPU (test_cuda_sketch.py).
+    gpu = _FakeDlpackGpuArray()
+    sk = CountSketch(4, 2, 3, seed=1)
+    for call, name in (
+        (lambda: sk.encode(gpu), "x"),
+        (lambda: sk.encode(np.ones(4), out=gpu), "out"),
+        (lambda: sk.decode(gpu), "table"),
+    ):
+        with pytest.raises(ValueError, match=f"{name} is a GPU array .* CUDA backend is unavailable"):
             call()
 
 

@@ -121,7 +121,9 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
                     for (; i + 2 <= n; i += 2) {  // minpd / maxpd: GCC does not vectorise ?: on doubles
                         const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
                         _mm_storeu_pd(lo + i, _mm_min_pd(q, p));
-                        _mm_storeu_pd(hi + i, _mm_max_pd(q, p));
+                        // max(p, q) returns q on a tie, like the scalar loop: a true
+                        // compare-exchange, so +0 and -0 are both kept (max(q, p) kept p twice).
+                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));
                     }
 #endif
                     for (; i < n; ++i) {

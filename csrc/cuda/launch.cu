@@ -9,46 +9,13 @@
 #include "cuda_check.h"
 #include "kernels.cuh"
 #include "launch.h"
+#include "launch_util.h"
 
 namespace dprec::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
 constexpr unsigned kLlrThreads = 128;  // K >= 128 keeps a block on one segment
-
-cudaStream_t as_stream(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
-
-unsigned grid_for(uint64_t n_threads, unsigned block) {
-    const uint64_t g = gpu::ceil_div(n_threads, block);
-    if (g > 0x7fffffffu) throw std::invalid_argument("problem too large for one CUDA grid");
-    return static_cast<unsigned>(g);
-}
-
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
-
-// Device memory freed in stream order when it goes out of scope: the kernels that use it
-// are already queued on the same stream, so the host never waits for them.
-class Scratch {
-  public:
-    Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-        check(cudaMallocAsync(&ptr_, bytes ? bytes : 1, stream), "cudaMallocAsync (scratch)");
-    }
-    Scratch(Scratch&& other) noexcept : ptr_(other.ptr_), stream_(other.stream_) { other.ptr_ = nullptr; }
-    ~Scratch() {
-        if (ptr_) cudaFreeAsync(ptr_, stream_);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    Scratch& operator=(Scratch&&) = delete;
-    template <class T>
-    T* as() const {
-        return static_cast<T*>(ptr_);
-    }
-
-  private:
-    void* ptr_ = nullptr;
-    cudaStream_t stream_;
-};
 
 template <class T>
 Scratch upload(const T* host, uint64_t n, cudaStream_t stream) {

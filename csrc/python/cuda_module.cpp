@@ -6,6 +6,7 @@ namespace py = pybind11;
 namespace dprec::bind {
 void bind_cuda_runtime(py::module_& m);
 void bind_cuda_rec(py::module_& m);
+void bind_cuda_sketch(py::module_& m);
 void bind_dlpack(py::module_& m);
 }  // namespace dprec::bind
 
@@ -13,5 +14,6 @@ PYBIND11_MODULE(_cuda, m) {
     m.doc() = "dprec CUDA kernels (private; use the dprec Python API with GPU arrays).";
     dprec::bind::bind_cuda_runtime(m);
     dprec::bind::bind_cuda_rec(m);
+    dprec::bind::bind_cuda_sketch(m);
     dprec::bind::bind_dlpack(m);
 }

@@ -102,5 +102,29 @@ class _GpuEmulation(ModuleType):
     def to_float32(
         src: npt.NDArray[np.float16] | npt.NDArray[np.uint16], kind: str, out: npt.NDArray[np.float32]
     ) -> None: ...
+    @staticmethod
+    def count_sketch_encode(
+        x: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        seed: int,
+        group: int,
+        rows: int,
+        cols: int,
+        scale: float,
+        table: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        max_pairs: int = ...,
+    ) -> None: ...
+    @staticmethod
+    def count_sketch_decode(
+        table: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        seed: int,
+        group: int,
+        rows: int,
+        cols: int,
+        median: bool,
+        median_scale: float,
+        out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+    ) -> None: ...
+    @staticmethod
+    def count_sketch_encode_plan(dim: int, rows: int, cols: int, max_pairs: int = ...) -> dict[str, int]: ...
 
 gpu_emulation: _GpuEmulation

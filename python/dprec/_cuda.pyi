@@ -112,6 +112,40 @@ def norm_stats(
 def scale_f64(device: int, stream: int, src: int, n: int, factor: float, dst: int) -> None: ...
 def to_float32(device: int, stream: int, src: int, dtype: str, n: int, dst: int) -> None: ...
 
+# -- count-sketch ------------------------------------------------------------------------------
+
+def count_sketch_encode(
+    device: int,
+    stream: int,
+    x: int,
+    x_dtype: str,
+    dim: int,
+    seed: int,
+    group: int,
+    rows: int,
+    cols: int,
+    scale: float,
+    table: int,
+    table_dtype: str,
+) -> None:
+    """table[r, h_r(j)] += s_r(j) * x[j] * scale (x in the table's dtype), bit-identical to the CPU."""
+
+def count_sketch_decode(
+    device: int,
+    stream: int,
+    table: int,
+    dtype: str,
+    dim: int,
+    seed: int,
+    group: int,
+    rows: int,
+    cols: int,
+    median: bool,
+    median_scale: float,
+    out: int,
+) -> None:
+    """Mean or median estimate into out (the table's dtype), bit-identical to the CPU; median: rows <= 32."""
+
 # -- DLPack ------------------------------------------------------------------------------------
 
 class DLPackTensor:
