@@ -7,6 +7,7 @@ namespace dprec::bind {
 void bind_cuda_runtime(py::module_& m);
 void bind_cuda_rec(py::module_& m);
 void bind_dlpack(py::module_& m);
+void bind_cuda_hadamard(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_cuda, m) {
@@ -14,4 +15,5 @@ PYBIND11_MODULE(_cuda, m) {
     dprec::bind::bind_cuda_runtime(m);
     dprec::bind::bind_cuda_rec(m);
     dprec::bind::bind_dlpack(m);
+    dprec::bind::bind_cuda_hadamard(m);
 }
