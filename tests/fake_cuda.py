@@ -3,7 +3,7 @@
 The Python plumbing of the CUDA backend (``dprec._device``, the GPU branches of
 ``dprec.rec``, ``dprec.philox`` and ``dprec.codec``, ``dprec.cuda.DeviceArray``) only
 talks to the compiled module through the functions of csrc/python/bind_cuda_runtime.cpp
-and bind_cuda_rec.cpp. :class:`FakeCuda` offers the same functions, with the same argument
+bind_cuda_rec.cpp and bind_cuda_hadamard.cpp. :class:`FakeCuda` offers the same functions, with the same argument
 order, on host memory:
 
 * "device memory" is NumPy buffers in a registry ``{ptr: (nbytes, array)}``; a
@@ -415,6 +415,54 @@ class FakeCuda:
             o[...] = self._view(src, device, np.float64, n, "src")  # __double2float_rn
         else:
             raise TypeError(f"src must be float16, bfloat16 or float64, got {dtype}")
+
+    # -- FWHT (bind_cuda_hadamard.cpp) ---------------------------------------------------------
+
+    @staticmethod
+    def _fwht_n(n: Any) -> int:
+        n = _uint(n, "n")
+        if n < 1 or n > 1 << 30 or n & (n - 1):
+            raise ValueError(f"n must be a power of two in 1 .. 2**30, got {n}")
+        return n
+
+    def fwht(self, device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool) -> None:
+        self._record("fwht", stream, src, dst, dtype, rows, n, normalize)
+        device = self._device(device)
+        n, rows = self._fwht_n(n), _uint(rows, "rows")
+        if rows == 0:
+            raise ValueError("rows must be at least 1")
+        t = _float_type(dtype, "x")
+        s = self._view(src, device, t, rows * n, "src")
+        d = self._view(dst, device, t, rows * n, "dst")
+        _emu().fwht(s, d, n, bool(normalize))
+
+    def randomized_hadamard(
+        self,
+        device: int,
+        stream: int,
+        src: int,
+        dst: int,
+        dtype: str,
+        rows: int,
+        dim: int,
+        n: int,
+        seed: int,
+        group: int,
+        repeats: int,
+        inverse: bool,
+    ) -> None:
+        self._record("randomized_hadamard", stream, src, dst, dtype, rows, dim, n, seed, group, repeats, inverse)
+        device = self._device(device)
+        n, rows, dim = self._fwht_n(n), _uint(rows, "rows"), _uint(dim, "dim")
+        if rows == 0:
+            raise ValueError("rows must be at least 1")
+        if _uint(src, "src") == _uint(dst, "dst"):
+            raise ValueError("src and dst must be different arrays")
+        t = _float_type(dtype, "x")
+        in_cols, out_cols = (n, dim) if inverse else (dim, n)
+        s = self._view(src, device, t, rows * in_cols, "src")
+        d = self._view(dst, device, t, rows * out_cols, "dst")
+        _emu().randomized_hadamard(s, d, dim, n, seed, group, repeats, bool(inverse))
 
     # -- DLPack ------------------------------------------------------------------------------
 
