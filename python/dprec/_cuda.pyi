@@ -112,6 +112,27 @@ def norm_stats(
 def scale_f64(device: int, stream: int, src: int, n: int, factor: float, dst: int) -> None: ...
 def to_float32(device: int, stream: int, src: int, dtype: str, n: int, dst: int) -> None: ...
 
+# -- Walsh-Hadamard transform (dtype "float32" or "float64"; asynchronous on `stream`) -------
+
+def fwht(device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool) -> None:
+    """dst <- H_n src for rows x n elements (dst may be src); bit-identical to the CPU."""
+
+def randomized_hadamard(
+    device: int,
+    stream: int,
+    src: int,
+    dst: int,
+    dtype: str,
+    rows: int,
+    dim: int,
+    n: int,
+    seed: int,
+    group: int,
+    repeats: int,
+    inverse: bool,
+) -> None:
+    """Forward: rows x dim -> rows x n; inverse: rows x n -> rows x dim (src != dst)."""
+
 # -- DLPack ------------------------------------------------------------------------------------
 
 class DLPackTensor:
