@@ -34,7 +34,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import gpu_median_times, header_lines, unavailable_reason  # noqa: E402
-
 from dprec import _backend  # noqa: E402
 from dprec.hadamard import RandomizedHadamard, fwht  # noqa: E402
 
