@@ -172,6 +172,29 @@ def test_without_a_cuda_backend_gpu_arrays_are_refused(monkeypatch):
         fwht(x)
 
 
+class _DlpackOnCuda:
+    """Claims to live on cuda:0 through the DLPack protocol (nothing else)."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):  # pragma: no cover - never reached without a backend
+        raise AssertionError("must not be consumed when no CUDA backend is usable")
+
+
+@pytest.mark.skipif(CUDA, reason="a usable CUDA backend is present")
+def test_gpu_arrays_without_cuda_are_a_clear_error():
+    gpu = _DlpackOnCuda()
+    for call in (
+        lambda: fwht(gpu),
+        lambda: fwht(gpu, inplace=True),
+        lambda: RandomizedHadamard(4, 1).forward(gpu),
+        lambda: RandomizedHadamard(4, 1).inverse(gpu),
+    ):
+        with pytest.raises(ValueError, match="backend='cuda' is not available"):
+            call()
+
+
 def test_bench_script_without_a_gpu_exits_cleanly():
     script = Path(__file__).resolve().parents[1] / "bench" / "bench_gpu_hadamard.py"
     if not script.exists():
