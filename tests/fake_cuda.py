@@ -1,10 +1,11 @@
 """A fake ``dprec._cuda`` for machines without a GPU (a test helper, not a test module).
 
 The Python plumbing of the CUDA backend (``dprec._device``, the GPU branches of
-``dprec.rec``, ``dprec.philox``, ``dprec.codec`` and ``dprec.sketch``, ``dprec.cuda.DeviceArray``) only
-talks to the compiled module through the functions of csrc/python/bind_cuda_runtime.cpp,
-bind_cuda_rec.cpp and bind_cuda_sketch.cpp. :class:`FakeCuda` offers the same functions,
-with the same argument order, on host memory:
+``dprec.rec``, ``dprec.philox``, ``dprec.codec``, ``dprec.hadamard`` and ``dprec.sketch``,
+``dprec.cuda.DeviceArray``) only talks to the compiled module through the functions of
+csrc/python/bind_cuda_runtime.cpp, bind_cuda_rec.cpp, bind_cuda_hadamard.cpp and
+bind_cuda_sketch.cpp. :class:`FakeCuda` offers the same functions, with the same argument
+order, on host memory:
 
 * "device memory" is NumPy buffers in a registry ``{ptr: (nbytes, array)}``; a
   :class:`FakeCuda.DeviceBuffer` (and a :class:`FakeGpuArray`) allocates one, filled with
@@ -491,6 +492,54 @@ class FakeCuda:
         tv = self._view(table, device, t, cells, "table")
         ov = self._view(out, device, t, dim, "out")
         _emu().count_sketch_decode(tv, seed, group, rows, cols, bool(median), float(median_scale), ov)
+
+    # -- FWHT (bind_cuda_hadamard.cpp) ---------------------------------------------------------
+
+    @staticmethod
+    def _fwht_n(n: Any) -> int:
+        n = _uint(n, "n")
+        if n < 1 or n > 1 << 30 or n & (n - 1):
+            raise ValueError(f"n must be a power of two in 1 .. 2**30, got {n}")
+        return n
+
+    def fwht(self, device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool) -> None:
+        self._record("fwht", stream, src, dst, dtype, rows, n, normalize)
+        device = self._device(device)
+        n, rows = self._fwht_n(n), _uint(rows, "rows")
+        if rows == 0:
+            raise ValueError("rows must be at least 1")
+        t = _float_type(dtype, "x")
+        s = self._view(src, device, t, rows * n, "src")
+        d = self._view(dst, device, t, rows * n, "dst")
+        _emu().fwht(s, d, n, bool(normalize))
+
+    def randomized_hadamard(
+        self,
+        device: int,
+        stream: int,
+        src: int,
+        dst: int,
+        dtype: str,
+        rows: int,
+        dim: int,
+        n: int,
+        seed: int,
+        group: int,
+        repeats: int,
+        inverse: bool,
+    ) -> None:
+        self._record("randomized_hadamard", stream, src, dst, dtype, rows, dim, n, seed, group, repeats, inverse)
+        device = self._device(device)
+        n, rows, dim = self._fwht_n(n), _uint(rows, "rows"), _uint(dim, "dim")
+        if rows == 0:
+            raise ValueError("rows must be at least 1")
+        if _uint(src, "src") == _uint(dst, "dst"):
+            raise ValueError("src and dst must be different arrays")
+        t = _float_type(dtype, "x")
+        in_cols, out_cols = (n, dim) if inverse else (dim, n)
+        s = self._view(src, device, t, rows * in_cols, "src")
+        d = self._view(dst, device, t, rows * out_cols, "dst")
+        _emu().randomized_hadamard(s, d, dim, n, seed, group, repeats, bool(inverse))
 
     # -- DLPack ------------------------------------------------------------------------------
 

@@ -30,6 +30,9 @@
 namespace py = pybind11;
 
 namespace dprec::bind {
+
+void bind_emulation_hadamard(py::module_& e);  // bind_emulation_hadamard.cpp
+
 namespace {
 
 constexpr uint64_t kMaxCandidates = uint64_t(1) << 24;
@@ -277,6 +280,8 @@ void bind_emulation(py::module_& m) {
                 for (uint64_t i = 0; i < n; ++i) o[i] = gpu::half_bits_to_float(s[i]);
         },
         py::arg("src"), py::arg("kind"), py::arg("out"));
+
+    bind_emulation_hadamard(e);
 }
 
 }  // namespace dprec::bind

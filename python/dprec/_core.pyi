@@ -99,6 +99,24 @@ class _GpuEmulation(ModuleType):
     @staticmethod
     def norm_stats(x: npt.NDArray[np.float32] | npt.NDArray[np.float64], divisor: float) -> tuple[float, float]: ...
     @staticmethod
+    def fwht(
+        src: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        n: int,
+        normalize: bool,
+    ) -> None: ...
+    @staticmethod
+    def randomized_hadamard(
+        src: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+        dim: int,
+        n: int,
+        seed: int,
+        group: int,
+        repeats: int,
+        inverse: bool,
+    ) -> None: ...
+    @staticmethod
     def to_float32(
         src: npt.NDArray[np.float16] | npt.NDArray[np.uint16], kind: str, out: npt.NDArray[np.float32]
     ) -> None: ...

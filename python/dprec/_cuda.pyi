@@ -145,6 +145,26 @@ def count_sketch_decode(
     out: int,
 ) -> None:
     """Mean or median estimate into out (the table's dtype), bit-identical to the CPU; median: rows <= 32."""
+# -- Walsh-Hadamard transform (dtype "float32" or "float64"; asynchronous on `stream`) -------
+
+def fwht(device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool) -> None:
+    """dst <- H_n src for rows x n elements (dst may be src); bit-identical to the CPU."""
+
+def randomized_hadamard(
+    device: int,
+    stream: int,
+    src: int,
+    dst: int,
+    dtype: str,
+    rows: int,
+    dim: int,
+    n: int,
+    seed: int,
+    group: int,
+    repeats: int,
+    inverse: bool,
+) -> None:
+    """Forward: rows x dim -> rows x n; inverse: rows x n -> rows x dim (src != dst)."""
 
 # -- DLPack ------------------------------------------------------------------------------------
 

@@ -7,8 +7,13 @@ schemes (distributed discrete Gaussian, Skellam, DRIVE/EDEN), with the Rademache
 diagonal ``D`` taken from Philox domain 3 and ``x`` zero-padded to ``n``, the next power
 of two.
 
-Host arrays only for now (NumPy, or PyTorch on the CPU); GPU arrays raise ValueError
-until the CUDA kernels land.
+Both run on the host (NumPy arrays, PyTorch CPU tensors) or on an NVIDIA GPU (PyTorch CUDA
+tensors, CuPy arrays, ``__cuda_array_interface__`` or ``__dlpack__`` producers): GPU input is
+transformed on its device, on the caller's current stream, and the result is an array of
+the caller's framework on that device (a :class:`dprec.cuda.DeviceArray` for DLPack-only
+producers). The GPU kernels follow the CPU's stage order and scaling, so results are
+bit-identical to the CPU backend's. On the GPU, checking that the input is finite makes the
+call wait for the caller's stream once.
 """
 
 from __future__ import annotations
@@ -43,6 +48,58 @@ def _host_backend(x: Any, backend: Any, what: str) -> str:
     return _backend.resolve(backend)
 
 
+def _resolve(x: Any, backend: Any, name: str) -> str:
+    """Resolve ``backend`` for the array argument ``x``, host or GPU (see _backend.resolve)."""
+    where = _device.device_of(x)
+    return _backend.resolve(backend, where if where is not None and where.startswith("cuda") else None, name)
+
+
+def _float_gpu(x: Any, name: str) -> tuple[_device.GpuArray, bool]:
+    """The float32/float64 GPU view of ``x`` and whether it is a fresh float32 copy
+    (float16 and bfloat16 input), which the caller may then overwrite."""
+    g = _device.gpu_array(x, name)
+    if g is None:
+        raise ValueError(f"{name} is not a GPU array")
+    fresh = g.dtype in ("float16", "bfloat16")
+    if fresh:
+        g = _device.to_float32(g)
+    elif g.dtype not in ("float32", "float64"):
+        kind = "integer" if "int" in g.dtype else g.dtype
+        raise TypeError(
+            f"{name} must be a floating-point array (float16, bfloat16, float32 or float64), got {kind} dtype {g.dtype}"
+        )
+    return g, fresh
+
+
+def _check_gpu(g: _device.GpuArray, name: str) -> None:
+    """A GPU array must have an axis, elements, and only finite values (one wait for its stream)."""
+    if not g.shape:
+        raise ValueError(f"{name} must have at least one axis")
+    if g.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
+    if not np.isfinite(maxabs):
+        raise ValueError(f"{name} contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
+
+
+def _fwht_gpu(x: Any, normalize: bool, inplace: bool) -> Any:
+    if inplace:
+        g = _device.gpu_array(x, "x")
+        assert g is not None
+        if g.dtype not in ("float32", "float64"):
+            raise TypeError(f"fwht(inplace=True) needs a float32 or float64 array, got dtype {g.dtype}")
+        if g.readonly:
+            raise ValueError("fwht(inplace=True) needs a writeable array, but x is read-only")
+        fresh = False
+    else:
+        g, fresh = _float_gpu(x, "x")
+    _check_gpu(g, "x")
+    n = _check_length(g.shape[-1], "x")
+    dst = g if inplace or fresh else _device.empty_like(g, g.shape, g.dtype)
+    _backend.cuda_module().fwht(g.device, g.stream, g.ptr, dst.ptr, g.dtype, g.size // n, n, bool(normalize))
+    return x if inplace else dst.obj
+
+
 def _check_length(n: int, name: str) -> int:
     if n < 1 or n & (n - 1):
         raise ValueError(f"{name} must have a power-of-two length along its last axis, got {n}")
@@ -71,24 +128,30 @@ def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str 
     x : array_like
         Floating-point array whose last axis has length ``n = 2**k``, ``0 <= k <= 30``.
         float16 and bfloat16 are computed in float32; integers are rejected; NaN and
-        infinity are rejected. A PyTorch CPU tensor is accepted.
+        infinity are rejected. Host arrays (NumPy, PyTorch CPU tensors) or GPU arrays
+        (transformed on their device, on the caller's stream; they must be C-contiguous).
     normalize : bool
         Divide by ``sqrt(n)``, making the transform orthonormal (and its own inverse).
     inplace : bool
         Overwrite ``x``, which must then be a writeable C-contiguous float32 or float64
-        NumPy array (or PyTorch CPU tensor), and return it. Otherwise ``x`` is untouched
-        (non-contiguous input is copied).
-    backend : {"auto", "cpu", "reference"}
+        array (NumPy, PyTorch, or a GPU array), and return it. Otherwise ``x`` is
+        untouched (non-contiguous host input is copied).
+    backend : {"auto", "cpu", "cuda", "reference"}
+        "auto" follows ``x``; asking for a backend on data that lives elsewhere is a
+        ValueError.
 
     Returns
     -------
-    numpy.ndarray
-        A new array of the same shape (float64 for float64 input, float32 otherwise), or
-        ``x`` itself when ``inplace``.
+    array
+        A new array of the same shape (float64 for float64 input, float32 otherwise):
+        NumPy for host input, the caller's framework on the same device for GPU input;
+        or ``x`` itself when ``inplace``.
     """
-    be = _host_backend(x, backend, "fwht")
+    be = _resolve(x, backend, "x")
     if not isinstance(normalize, (bool, np.bool_)) or not isinstance(inplace, (bool, np.bool_)):
         raise TypeError("normalize and inplace must be bools")
+    if be == "cuda":
+        return _fwht_gpu(x, bool(normalize), bool(inplace))
     if np.ndim(x) == 0:  # before float_array, which would make a scalar 1-D
         raise ValueError("x must have at least one axis")
     if inplace:
@@ -174,13 +237,16 @@ class RandomizedHadamard:
         )
         return (1 - 2 * (w >> np.uint32(31)).astype(np.int8)).astype(dtype)
 
-    def forward(self, x: Any, *, backend: str = "auto") -> np.ndarray:
+    def forward(self, x: Any, *, backend: str = "auto") -> Any:
         """Rotate: ``H D x / sqrt(n)`` over the last axis (length ``dim``), batched.
 
         Returns a new array with last axis ``padded_dim`` (float64 for float64 input,
-        float32 otherwise). Input rules as for :func:`fwht`.
+        float32 otherwise), on ``x``'s device and in its framework. Input rules as for
+        :func:`fwht`.
         """
-        be = _host_backend(x, backend, "RandomizedHadamard.forward")
+        be = _resolve(x, backend, "x")
+        if be == "cuda":
+            return self._rotate_gpu(x, "x", self._dim, inverse=False)
         a = float_array(x, "x")
         if np.ndim(x) == 0 or a.shape[-1] != self._dim:
             raise ValueError(f"x must have a last axis of length dim={self._dim}, got shape {a.shape}")
@@ -193,10 +259,13 @@ class RandomizedHadamard:
             _fwht_inplace(y, True, be)
         return y
 
-    def inverse(self, y: Any, *, backend: str = "auto") -> np.ndarray:
+    def inverse(self, y: Any, *, backend: str = "auto") -> Any:
         """Undo :meth:`forward`: ``D H y / sqrt(n)`` per repeat in reverse order, then the
-        first ``dim`` elements of the last axis (length ``padded_dim``)."""
-        be = _host_backend(y, backend, "RandomizedHadamard.inverse")
+        first ``dim`` elements of the last axis (length ``padded_dim``), on ``y``'s device
+        and in its framework."""
+        be = _resolve(y, backend, "y")
+        if be == "cuda":
+            return self._rotate_gpu(y, "y", self._n, inverse=True)
         a = float_array(y, "y")
         if np.ndim(y) == 0 or a.shape[-1] != self._n:
             raise ValueError(f"y must have a last axis of length padded_dim={self._n}, got shape {a.shape}")
@@ -207,3 +276,27 @@ class RandomizedHadamard:
             _fwht_inplace(a, True, be)
             a *= self.signs(s, dtype=a.dtype, backend=be)
         return np.ascontiguousarray(a[..., : self._dim])
+
+    def _rotate_gpu(self, x: Any, name: str, cols: int, *, inverse: bool) -> Any:
+        """forward (``inverse=False``) or inverse of the GPU array ``x`` on its device and stream."""
+        g, _ = _float_gpu(x, name)
+        if not g.shape or g.shape[-1] != cols:
+            what = f"padded_dim={self._n}" if inverse else f"dim={self._dim}"
+            raise ValueError(f"{name} must have a last axis of length {what}, got shape {g.shape}")
+        _check_gpu(g, name)
+        out = _device.empty_like(g, g.shape[:-1] + (self._dim if inverse else self._n,), g.dtype)
+        _backend.cuda_module().randomized_hadamard(
+            g.device,
+            g.stream,
+            g.ptr,
+            out.ptr,
+            g.dtype,
+            g.size // cols,
+            self._dim,
+            self._n,
+            self._seed,
+            self._group,
+            self._repeats,
+            inverse,
+        )
+        return out.obj

@@ -1,0 +1,145 @@
+"""The GPU Walsh-Hadamard transform and randomized rotation against the CPU, bit for bit:
+single long vectors and batches of short rows, float32/float64, PyTorch and CuPy inputs,
+the caller's stream, in place, and bad input. Every test here needs a GPU and skips with
+the reason when there is none; tests/test_gpu_emulation_hadamard.py and
+tests/test_gpu_plumbing_hadamard.py cover what can be checked without one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dprec
+from dprec import _backend
+from dprec.hadamard import RandomizedHadamard, fwht
+
+from .conftest import CUDA, requires_cuda
+
+if not CUDA:
+    pytest.skip(f"no usable CUDA backend: {dprec.cuda.unavailable_reason()}", allow_module_level=True)
+pytestmark = requires_cuda
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - dprec sees a GPU that torch does not
+    pytest.skip("PyTorch has no CUDA support here", allow_module_level=True)
+
+try:
+    import cupy
+except ImportError:  # pragma: no cover - CuPy is optional
+    cupy = None
+
+_TORCH = {np.float32: torch.float32, np.float64: torch.float64}
+
+
+def _bits(x) -> np.ndarray:
+    a = x.cpu().numpy() if hasattr(x, "cpu") else (x.get() if hasattr(x, "get") else np.asarray(x))
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+def _random(shape, dtype, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("log2n", [0, 1, 2, 5, 10, 12, 13, 14, 16, 18, 20, 22, 23, 24])
+def test_single_vector_bit_identical_to_cpu(dtype, log2n):
+    host = _random(1 << log2n, dtype, log2n)
+    x = torch.from_numpy(host).cuda()
+    for normalize in (True, False):
+        y = fwht(x, normalize=normalize)
+        assert isinstance(y, torch.Tensor) and y.device == x.device and y.dtype == x.dtype
+        assert np.array_equal(_bits(y), _bits(fwht(host, normalize=normalize, backend="cpu"))), normalize
+    assert np.array_equal(_bits(x), _bits(host)), "out of place leaves x alone"
+
+
+def test_single_vector_2_26_float32():
+    host = _random(1 << 26, np.float32, 26)
+    x = torch.from_numpy(host).cuda()
+    fwht(x, inplace=True)
+    assert np.array_equal(_bits(x), _bits(fwht(host, backend="cpu")))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("rows", "log2n"), [(1 << 14, 10), (1 << 12, 12), (1000, 3), (3, 15), (7, 1), (5, 0)])
+def test_batches_bit_identical_to_cpu(dtype, rows, log2n):
+    host = _random((rows, 1 << log2n), dtype, rows + log2n)
+    y = fwht(torch.from_numpy(host).cuda())
+    assert np.array_equal(_bits(y), _bits(fwht(host, backend="cpu")))
+
+
+def test_in_place_and_half_precision():
+    host = _random((4, 4096), np.float32, 1)
+    x = torch.from_numpy(host).cuda()
+    assert fwht(x, inplace=True) is x
+    assert np.array_equal(_bits(x), _bits(fwht(host, backend="cpu")))
+    h = torch.from_numpy(host).cuda().to(torch.bfloat16)
+    y = fwht(h)
+    assert y.dtype == torch.float32
+    assert np.array_equal(_bits(y), _bits(fwht(h.cpu(), backend="cpu")))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        fwht(h, inplace=True)
+
+
+def test_runs_on_the_callers_stream():
+    host = _random((64, 1 << 14), np.float32, 2)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.from_numpy(host).cuda(non_blocking=False)
+        y = fwht(x)
+        z = fwht(y)  # orthonormal: back to x, up to rounding
+    s.synchronize()
+    assert np.array_equal(_bits(y), _bits(fwht(host, backend="cpu")))
+    np.testing.assert_allclose(z.cpu().numpy(), host, atol=1e-5)
+
+
+@pytest.mark.skipif(cupy is None, reason="CuPy is not installed")
+def test_cupy_input_gives_cupy_output():
+    host = _random((3, 1 << 16), np.float64, 3)
+    x = cupy.asarray(host)
+    y = fwht(x)
+    assert isinstance(y, cupy.ndarray)
+    assert np.array_equal(_bits(cupy.asnumpy(y)), _bits(fwht(host, backend="cpu")))
+    rot = RandomizedHadamard(1000, seed=5, repeats=2)
+    z = rot.forward(cupy.asarray(host[:, :1000]))
+    assert isinstance(z, cupy.ndarray)
+    assert np.array_equal(_bits(cupy.asnumpy(z)), _bits(rot.forward(host[:, :1000], backend="cpu")))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dim", [1, 3, 1000, 8193, (1 << 20) + 1, 5_000_000])
+def test_rotation_bit_identical_to_cpu(dtype, dim):
+    rows = 1 if dim > 10_000 else 4
+    rot = RandomizedHadamard(dim, seed=0xABCDEF, repeats=2, group=9)
+    host = _random((rows, dim), dtype, dim)
+    x = torch.from_numpy(host).cuda()
+    z = rot.forward(x)
+    want = rot.forward(host, backend="cpu")
+    assert z.shape == (rows, rot.padded_dim)
+    assert np.array_equal(_bits(z), _bits(want))
+    back = rot.inverse(z)
+    assert back.shape == (rows, dim)
+    assert np.array_equal(_bits(back), _bits(rot.inverse(want, backend="cpu")))
+
+
+def test_bad_input():
+    x = torch.ones(8, device="cuda")
+    with pytest.raises(ValueError, match="contiguous"):
+        fwht(torch.ones(8, 8, device="cuda").T)
+    with pytest.raises(ValueError, match="power-of-two"):
+        fwht(torch.ones(12, device="cuda"))
+    with pytest.raises(TypeError, match="integer"):
+        fwht(torch.ones(8, device="cuda", dtype=torch.int32))
+    with pytest.raises(ValueError, match="NaN"):
+        fwht(torch.tensor([1.0, float("nan")], device="cuda"))
+    with pytest.raises(ValueError, match="backend='cpu' runs on the host"):
+        fwht(x, backend="cpu")
+    with pytest.raises(ValueError, match="on the host, but backend='cuda'"):
+        fwht(np.ones(8), backend="cuda")
+    with pytest.raises(ValueError, match="length dim=10"):
+        RandomizedHadamard(10, seed=1).forward(x)
+    cm = _backend.cuda_module()
+    with pytest.raises(ValueError, match="not CUDA device memory"):
+        host = np.ones(8, np.float32)
+        cm.fwht(0, 0, host.ctypes.data, host.ctypes.data, "float32", 1, 8, True)
