@@ -94,7 +94,11 @@ def sigma_total(client_sigmas: Sequence[float], *, honest_but_curious: bool = Fa
 
 
 def sigma_total_equal(client_sigma: float, num_clients: int, *, honest_but_curious: bool = False) -> float:
-    """Equal shares: ``sqrt(N) sigma`` (``sqrt(N-1) sigma`` with honest-but-curious clients)."""
+    """Equal shares: ``sqrt(N) sigma`` (``sqrt(N-1) sigma`` with honest-but-curious clients).
+
+    Heikkila et al., Lemma 4.3 / Theorem 4.7 (the summed Gaussian noises are one Gaussian with the
+    summed variance) and Section 3 for the N-1 count; SPEC §6.
+    """
     sigma = check_nonnegative(client_sigma, "client_sigma")
     n = check_count(num_clients, "num_clients", minimum=2 if honest_but_curious else 1)
     counted = n - 1 if honest_but_curious else n
@@ -105,7 +109,7 @@ def client_sigma_for_total(total_sigma: float, num_clients: int, *, honest_but_c
     """Equal share each client must add so that the aggregate has ``total_sigma``.
 
     ``total / sqrt(N)``, or ``total / sqrt(N-1)`` with honest-but-curious clients (inverse of
-    :func:`sigma_total_equal`).
+    :func:`sigma_total_equal`; Heikkila et al., Lemma 4.3 / Theorem 4.7, SPEC §6).
     """
     total = check_nonnegative(total_sigma, "total_sigma")
     n = check_count(num_clients, "num_clients", minimum=2 if honest_but_curious else 1)
@@ -135,9 +139,10 @@ def joint_noise_rdp(
         The composed RDP ``S * T * RDP_sampled_gaussian(q, sigma_total)`` at each order.
     """
     alphas = check_orders(orders)
+    q = check_probability(sampling_rate, "sampling_rate")
     s = check_count(local_steps, "local_steps")
     t = check_count(rounds, "rounds")
-    return (s * t) * sampled_gaussian_rdp(sampling_rate, noise_multiplier, alphas)
+    return (s * t) * sampled_gaussian_rdp(q, noise_multiplier, alphas)
 
 
 def joint_noise_epsilon(

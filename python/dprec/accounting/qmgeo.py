@@ -218,6 +218,9 @@ def qmgeo_paper_eq27(
 def qmgeo_log_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray:
     """Natural log of the corrected QMGeo pmf of SPEC §5 for one input (``-inf`` for mass 0).
 
+    Wang and Gursoy, eqs. (9)-(11), with the branch weights and normalisers corrected as SPEC §5
+    states (the printed eq. (9) swaps the weights; (10)-(11) divide by zero at the edges).
+
     Parameters
     ----------
     w : float
@@ -234,12 +237,17 @@ def qmgeo_log_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.nda
     numpy.ndarray
         float64 array of length R: ``log P(output = Bin(j))`` for j = 0..R-1.
     """
+    return _log_pmf(w, levels, p, w_max, "w")
+
+
+def _log_pmf(w: Any, levels: Any, p: Any, w_max: Any, name: str) -> np.ndarray:
+    """:func:`qmgeo_log_pmf` with the input's parameter name (``w`` or ``w_prime``) for errors."""
     levels = _check_levels(levels)
     p = _check_p(p)
     w_max = check_positive(w_max, "w_max")
-    w = check_finite(w, "w")
+    w = check_finite(w, name)
     if abs(w) > w_max:
-        raise ValueError(f"w must be in [-w_max, w_max] = [{-w_max!r}, {w_max!r}], got {w!r}")
+        raise ValueError(f"{name} must be in [-w_max, w_max] = [{-w_max!r}, {w_max!r}], got {w!r}")
     step = 2.0 * w_max / (levels - 1)
     r = min(int(math.floor((w + w_max) / step)), levels - 2)
     theta = (w - (-w_max + r * step)) / step
@@ -264,7 +272,7 @@ def qmgeo_log_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.nda
 
 
 def qmgeo_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray:
-    """The corrected QMGeo pmf of SPEC §5 for one input (see :func:`qmgeo_log_pmf`)."""
+    """The corrected QMGeo pmf of SPEC §5 (Wang and Gursoy, eqs. (9)-(11) corrected), see :func:`qmgeo_log_pmf`."""
     return np.exp(qmgeo_log_pmf(w, levels, p, w_max))
 
 
@@ -310,8 +318,8 @@ def qmgeo_renyi_divergence(
         float64, one value per order.
     """
     alphas = check_orders(orders)
-    log_p = qmgeo_log_pmf(w, levels, p, w_max)
-    log_q = qmgeo_log_pmf(w_prime, levels, p, w_max)
+    log_p = _log_pmf(w, levels, p, w_max, "w")
+    log_q = _log_pmf(w_prime, levels, p, w_max, "w_prime")
     return _renyi_from_logs(alphas, log_p, log_q)
 
 
