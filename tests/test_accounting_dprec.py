@@ -61,6 +61,23 @@ def test_stackoverflow_is_below_the_stated_epsilon_and_literal_algorithm_fails()
     assert dprec_epsilon(**SO, delta=delta, bits=49).epsilon == pytest.approx(result.epsilon, abs=2e-3)
 
 
+def test_stackoverflow_gap_is_the_integer_order_staircase():
+    # At q = 1/N = 2.9e-6 the RDP is negligible up to order ~16 and explodes from ~18 on, so
+    # eps ~ log(1/delta) / lambda_max: a staircase in c. c = 1.227 sits on the lambda = 15 step.
+    delta = SO["num_clients"] ** -1.1
+    result = dprec_epsilon(**SO, delta=delta, bits=None)
+    assert result.lam == 15
+    assert 0.0 < result.epsilon - math.log(1 / delta) / 15 < 1e-4
+    # The neighbouring steps: lambda = 14 is 1.0013, lambda = 16 is 0.876 + a composition term
+    # that is already 0.077 at c = 1.227.
+    assert math.log(1 / delta) / 14 == pytest.approx(1.0013, abs=1e-4)
+    # The c that reaches eps = 1 here is 1.264 (still on lambda = 15): 3% above the paper's c.
+    kw = {k: v for k, v in SO.items() if k != "clip_multiplier"}
+    c_one = dprec_calibrate(target_epsilon=1.0, delta=delta, bits=None, **kw)
+    assert c_one == pytest.approx(1.2642, abs=1e-3)
+    assert dprec_epsilon(**dict(SO, clip_multiplier=c_one), delta=delta, bits=None).lam == 15
+
+
 def test_forward_is_eq62_binomial_expectation():
     c, q = 0.9, 0.01
     for a in (2, 3, 7, 20):
@@ -84,6 +101,35 @@ def test_exact_reverse_matches_adaptive_quadrature(q, c, a):
     total = sum(integrate.quad(integrand, lo, hi, epsabs=0.0, epsrel=1e-13, limit=400)[0] for lo, hi in zip(pieces, pieces[1:]))
     expected = math.log1p(total) / (a - 1)
     assert dprec_reverse_rdp(c, q, [a])[0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_exact_reverse_large_c_limit_cap_and_chunking(monkeypatch):
+    import warnings
+
+    from dprec.accounting import dprec_rec
+
+    orders = np.arange(2, 258)
+    # For large c the components separate: D_a(p || mix) -> log(1/(1-q)) from below, no warnings.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rev = dprec_reverse_rdp(60.0, 0.01, orders)
+    np.testing.assert_allclose(rev, -math.log1p(-0.01), rtol=1e-12)
+    assert np.all(rev <= -math.log1p(-0.01) * (1 + 1e-12))
+    # The grid grows like c: above EXACT_REVERSE_MAX_CLIP the exact method refuses, naming c.
+    assert dprec_rec.EXACT_REVERSE_MAX_CLIP == 100.0
+    dprec_reverse_rdp(100.0, 0.01, [2, 3])
+    with pytest.raises(ValueError, match="clip_multiplier"):
+        dprec_reverse_rdp(100.5, 0.01, [2, 3])
+    with pytest.raises(ValueError, match="clip_multiplier"):
+        dprec_epsilon(**dict(BASE, clip_multiplier=1e300), reverse="exact")
+    assert np.all(np.isinf(dprec_reverse_rdp(1e300, 0.01, [2, 3], reverse="bound")))
+    # q = 1 needs no grid: a c^2 / 2 at any c.
+    assert dprec_reverse_rdp(1e3, 1.0, [2])[0] == pytest.approx(1e6)
+    # Orders are processed in chunks that bound memory; the chunking does not change the values
+    # (beyond the last bits of the BLAS dot products).
+    whole = dprec_reverse_rdp(2.0, 1e-3, orders)
+    monkeypatch.setattr(dprec_rec, "_CHUNK_ELEMENTS", 3 * 1000)
+    np.testing.assert_allclose(dprec_reverse_rdp(2.0, 1e-3, orders), whole, rtol=1e-13)
 
 
 def test_reverse_is_below_forward_and_grows_with_c():
