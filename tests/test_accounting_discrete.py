@@ -120,6 +120,21 @@ def test_rounded_l2_sensitivity():
     assert rounded_l2_sensitivity(c, d, 0.1, beta=1e-5) > rounded_l2_sensitivity(c, d, 0.01, beta=1e-5) > c
 
 
+def test_huge_parameters_give_limits_not_overflow_errors():
+    # Python's float ** raises OverflowError where a product gives inf; every square is a product.
+    assert rounded_l2_sensitivity(1e300, 16, 0.1) == pytest.approx(1e300)
+    assert rounded_l2_sensitivity(1e300, 16, 0.1, beta=1e-5) == pytest.approx(1e300)
+    assert ddg_tau(1e300, 5) == 0.0
+    assert ddg_concentrated_epsilon(1.0, 1e300, 5, 16) == 0.0
+    np.testing.assert_array_equal(ddg_rdp(ORDERS, l2_sensitivity=1.0, noise_stddev=1e300, num_clients=5, dim=16), 0.0)
+    np.testing.assert_array_equal(skellam_rdp(ORDERS, l2_sensitivity=1.0, noise_stddev=1e300, dim=16), 0.0)
+    # Noise so small that sigma^2 underflows: infinite (or astronomically large) RDP, no exception.
+    tiny = ddg_rdp(ORDERS, l2_sensitivity=1.0, noise_stddev=1e-200, num_clients=5, dim=16, granularity=1e-200)
+    assert np.all(tiny > 1e300)
+    assert np.all(np.isinf(skellam_rdp(ORDERS, l2_sensitivity=1.0, noise_stddev=1e-200, dim=16)))
+    np.testing.assert_array_equal(skellam_rdp(ORDERS, l2_sensitivity=0.0, noise_stddev=1e-200, dim=16), 0.0)
+
+
 @pytest.mark.parametrize("variance", [0.5, 1.0, 3.0, 10.0, 100.0])
 @pytest.mark.parametrize("shift", [1, 2, 5])
 def test_skellam_bound_dominates_exact_divergence(variance, shift):

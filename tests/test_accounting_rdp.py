@@ -141,6 +141,18 @@ def test_special_cases():
     assert np.all(sampled_gaussian_rdp(0.01, 0.9, DEFAULT_ORDERS) > r)
 
 
+def test_vanishing_noise_is_infinite_rdp_without_errors():
+    orders = np.array([1.5, 2.0, 2.5, 200.5, 1000.0])
+    # Below s ~ 7e-151 the RDP (~ a / (2 s^2)) exceeds 1e300 at every order: reported as inf.
+    # The fractional-order series used to overflow there and raise RuntimeError.
+    for s in (6e-151, 1e-152, 1e-155, 1e-200, 5e-324):
+        assert np.all(np.isinf(sampled_gaussian_rdp(0.1, s, orders))), s
+        assert np.all(np.isinf(sampled_gaussian_rdp(1e-300, s, orders))), s
+    # Just above the threshold the values are finite and ~ a / (2 s^2).
+    value = sampled_gaussian_rdp(0.1, 1e-150, [2.0])[0]
+    assert value == pytest.approx(1.0 / 1e-300, rel=1e-12)
+
+
 def test_conversions_formulas_and_ordering():
     orders = np.array([2.0, 4.0, 8.0, 16.0])
     rdp = np.array([0.1, 0.3, 0.9, 3.0])

@@ -117,15 +117,16 @@ def rounded_l2_sensitivity(clip: float, dim: int, granularity: float, beta: floa
     beta = check_nonnegative(beta, "beta")
     if not beta < 1.0:
         raise ValueError(f"beta must be in [0, 1), got {beta!r}")
-    deterministic = (c + gamma * math.sqrt(d)) ** 2
+    # The deterministic bound is kept as a norm (not squared) so that huge inputs cannot overflow.
+    deterministic = c + gamma * math.sqrt(d)
     if beta == 0.0:
-        return math.sqrt(deterministic)
+        return deterministic
     conditional = (
         c * c
         + gamma * gamma * d / 4.0
         + math.sqrt(2.0 * math.log(1.0 / beta)) * gamma * (c + 0.5 * gamma * math.sqrt(d))
     )
-    return math.sqrt(min(conditional, deterministic))
+    return min(math.sqrt(conditional), deterministic)
 
 
 def _default_l1(l2: float, dim: int, granularity: float) -> float:
@@ -172,7 +173,8 @@ def ddg_tau(noise_stddev: float, num_clients: int, granularity: float = 1.0) -> 
     n = check_count(num_clients, "num_clients")
     gamma = check_positive(granularity, "granularity")
     k = np.arange(1, n, dtype=np.float64)
-    return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * (sigma / gamma) ** 2 * k / (k + 1.0))))
+    ratio = sigma / gamma
+    return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * (ratio * ratio) * k / (k + 1.0))))
 
 
 def _ddg_params(
@@ -216,8 +218,9 @@ def ddg_concentrated_epsilon(
     """
     l2, sigma, n, d, gamma, _ = _ddg_params(l2_sensitivity, noise_stddev, num_clients, dim, granularity, 0.0)
     tau = ddg_tau(sigma, n, gamma)
-    first = math.sqrt(l2 * l2 / (n * sigma * sigma) + 0.5 * tau * d)
-    second = l2 / (math.sqrt(n) * sigma) + tau * math.sqrt(d)
+    s2 = l2 / (math.sqrt(n) * sigma)  # Delta2 / (sqrt(n) sigma); n sigma^2 itself can underflow to 0
+    first = math.sqrt(s2 * s2 + 0.5 * tau * d)
+    second = s2 + tau * math.sqrt(d)
     return min(first, second)
 
 
@@ -267,10 +270,11 @@ def ddg_rdp(
     s1 = l1 / (math.sqrt(n) * sigma)
 
     def base(a: np.ndarray) -> np.ndarray:
-        theorem_e1 = a * eps_cdp * eps_cdp / 2.0
-        prop14_a = a * s2 * s2 / 2.0 + tau * d
-        prop14_b = a / 2.0 * (s2 * s2 + 2.0 * s1 * tau + tau * tau * d)
-        prop14_c = a / 2.0 * (s2 + math.sqrt(d) * tau) ** 2
+        with np.errstate(over="ignore"):  # tiny noise: the bounds overflow to inf, correctly
+            theorem_e1 = a * eps_cdp * eps_cdp / 2.0
+            prop14_a = a * s2 * s2 / 2.0 + tau * d
+            prop14_b = a / 2.0 * (s2 * s2 + 2.0 * s1 * tau + tau * tau * d)
+            prop14_c = a / 2.0 * (s2 + math.sqrt(d) * tau) * (s2 + math.sqrt(d) * tau)
         return np.minimum.reduce([theorem_e1, prop14_a, prop14_b, prop14_c])
 
     return poisson_subsampled_rdp(alphas, q, base)
@@ -327,6 +331,8 @@ def ddg_noise_for_epsilon(
     method: str = "mironov",
 ) -> float:
     """Smallest per-client ``noise_stddev`` (original units) with :func:`ddg_epsilon` <= target.
+
+    Inverts the DDG accounting of :func:`ddg_rdp` (Chen et al., Theorem E.1; Kairouz et al. 2021).
 
     The epsilon of :func:`ddg_epsilon` decreases in sigma (both 1/sigma and tau do), so the
     answer is found by root finding on log sigma and then nudged up until the target holds.
@@ -404,11 +410,16 @@ def skellam_rdp(
     q = check_probability(sampling_rate, "sampling_rate")
     d2 = l2 / gamma
     d1 = l1 / gamma
-    mu = n * (sigma / gamma) ** 2
+    mu = n * (sigma / gamma) * (sigma / gamma)
 
     def base(a: np.ndarray) -> np.ndarray:
-        correction = np.minimum(((2.0 * a - 1.0) * d2 * d2 + 6.0 * d1) / (4.0 * mu * mu), 3.0 * d1 / (2.0 * mu))
-        return a * d2 * d2 / (2.0 * mu) + correction
+        if d2 == 0.0 and d1 == 0.0:
+            return np.zeros(a.shape)
+        if mu == 0.0:  # (sigma / gamma)^2 underflowed: no noise to speak of
+            return np.full(a.shape, np.inf)
+        with np.errstate(over="ignore"):
+            correction = np.minimum(((2.0 * a - 1.0) * d2 * d2 + 6.0 * d1) / (4.0 * mu * mu), 3.0 * d1 / (2.0 * mu))
+            return a * d2 * d2 / (2.0 * mu) + correction
 
     return poisson_subsampled_rdp(alphas, q, base)
 
@@ -427,7 +438,12 @@ def skellam_epsilon(
     orders: Any = None,
     method: str = "mironov",
 ) -> tuple[float, float]:
-    """(eps, best order) of ``steps`` compositions of :func:`skellam_rdp` at the given delta."""
+    """(eps, best order) of ``steps`` compositions of :func:`skellam_rdp` at the given delta.
+
+    Agarwal, Kairouz and Liu (2021), the multi-dimensional Skellam RDP bound (module docstring),
+    composed additively, converted by :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017,
+    Prop. 3 by default). ``orders`` defaults to the integers 2..256.
+    """
     alphas = _checked_orders(orders)
     delta = check_delta(delta)
     steps = check_count(steps, "steps")
@@ -458,7 +474,10 @@ def skellam_noise_for_epsilon(
     orders: Any = None,
     method: str = "mironov",
 ) -> float:
-    """Smallest per-client Skellam ``noise_stddev`` (original units) with epsilon <= target."""
+    """Smallest per-client Skellam ``noise_stddev`` (original units) with epsilon <= target.
+
+    Inverts :func:`skellam_epsilon` (Agarwal, Kairouz and Liu 2021) by root finding on log sigma.
+    """
     target = check_epsilon(target_epsilon, "target_epsilon")
     if target == 0.0:
         raise ValueError("target_epsilon must be > 0 (epsilon 0 needs infinite noise)")

@@ -151,7 +151,8 @@ def sampled_gaussian_rdp(q: float, noise_multiplier: float, orders: Any) -> np.n
     q : float
         Sampling rate, in (0, 1]. ``q = 1`` is the plain Gaussian mechanism, ``a / (2 s^2)``.
     noise_multiplier : float
-        ``s >= 0``; ``0`` gives infinite RDP, ``inf`` gives zero.
+        ``s >= 0``; ``0`` (or below 7e-151, where the RDP exceeds 1e300) gives infinite RDP,
+        ``inf`` gives zero.
     orders : float or sequence of float
         Renyi orders, each > 1.
 
@@ -163,7 +164,9 @@ def sampled_gaussian_rdp(q: float, noise_multiplier: float, orders: Any) -> np.n
     q = check_probability(q, "q")
     sigma = check_nonnegative(noise_multiplier, "noise_multiplier", allow_inf=True)
     alphas = check_orders(orders)
-    if sigma == 0.0:
+    if sigma * sigma < 5e-301:  # 1 / (2 s^2) > 1e300, or s = 0
+        # No noise, or so little (s < 7e-151) that the RDP, about a / (2 s^2), exceeds 1e300 at
+        # every order: reported as inf (the fractional series would overflow on the way).
         return np.full(alphas.shape, np.inf)
     if math.isinf(sigma):
         return np.zeros(alphas.shape)
@@ -205,7 +208,11 @@ def _check_method(method: str) -> str:
 
 
 def epsilon_per_order(orders: Any, rdp: Any, delta: float, *, method: str = "mironov") -> np.ndarray:
-    """The (eps, delta)-DP epsilon implied by each order's RDP value (see :func:`rdp_to_epsilon`)."""
+    """The (eps, delta)-DP epsilon implied by each order's RDP value (see :func:`rdp_to_epsilon`).
+
+    Mironov (2017), Proposition 3, or Balle et al. (2020), Theorem 21 / Canonne et al. (2020),
+    Proposition 12 (``method="balle"``), evaluated order by order without the minimum.
+    """
     alphas, values = _check_curve(orders, rdp)
     delta = check_delta(delta)
     method = _check_method(method)
