@@ -141,3 +141,37 @@ def test_ddg_skellam_qmgeo_events_wrap_their_rdp_functions():
         assert acc.get_epsilon(1e-5) >= 0.0
     with pytest.raises(ValueError, match="noise_stddev"):
         DDGEvent(dict(ddg, noise_stddev=-1.0))
+
+
+def test_keyword_events_and_opacus_names():
+    from dprec.accounting import DDGEvent, QMGeoEvent, SkellamEvent
+
+    ddg = dict(l2_sensitivity=1.0, noise_stddev=5.0, num_clients=10, dim=100)
+    # Keyword construction, as dp_accounting's events; the dict form stays, and is copied.
+    assert DDGEvent(**ddg) == DDGEvent(ddg) == DDGEvent(params=ddg)
+    params = dict(ddg)
+    event = SkellamEvent(params)
+    params["noise_stddev"] = 0.001
+    assert event.params["noise_stddev"] == 5.0
+    orders = np.array([2.0, 3.0])
+    inputs = [-0.5, 0.5]
+    np.testing.assert_array_equal(
+        Accountant(orders=orders).compose(QMGeoEvent(levels=8, p=0.9, inputs=inputs)).rdp,
+        Accountant(orders=orders).compose(QMGeoEvent(dict(levels=8, p=0.9, inputs=inputs))).rdp,
+    )
+    with pytest.raises(ValueError, match="noise_stddev"):
+        DDGEvent(**dict(ddg, noise_stddev=-1.0))
+    with pytest.raises(TypeError, match="noise_stddev"):
+        DDGEvent(ddg, noise_stddev=2.0)  # given twice
+    with pytest.raises(TypeError, match="params"):
+        SkellamEvent([1.0])
+    # Opacus' name for eps(delta).
+    acc = Accountant().step(noise_multiplier=1.1, sample_rate=0.01)
+    assert acc.get_privacy_spent(delta=1e-5) == acc.get_epsilon_and_optimal_order(1e-5)
+
+
+def test_dprec_event_exact_reverse_limit_is_checked_at_construction():
+    with pytest.raises(ValueError, match="clip_multiplier"):
+        DPRECEvent(150.0, 0.01, bits=None, reverse="exact")
+    DPRECEvent(150.0, 0.01, bits=None)  # the bound has no limit
+    DPRECEvent(150.0, 1.0, bits=None, reverse="exact")  # nor the local (q = 1) case

@@ -167,6 +167,9 @@ class DPRECEvent(PrivacyEvent):
             check_bits(self.bits)
         if self.reverse not in REVERSE_METHODS:
             raise ValueError(f"reverse must be one of {REVERSE_METHODS}, got {self.reverse!r}")
+        if self.reverse == "exact":
+            # Checked now rather than at compose time (the exact reverse term has a limit on c).
+            dprec_reverse_rdp(self.clip_multiplier, self.sampling_rate, [2.0], reverse="exact")
 
     @property
     def overhead_delta(self) -> float:  # type: ignore[override]
@@ -197,8 +200,9 @@ class Accountant:
         near 1, every integer to 63, a sparse tail to 1024).
 
     Methods mirror dp_accounting (``compose``, ``get_epsilon``, ``get_delta``,
-    ``get_epsilon_and_optimal_order``) and Opacus (``step``, ``get_epsilon``). See the module
-    docstring for how DP-REC's overhead and reverse term are composed.
+    ``get_epsilon_and_optimal_order``) and Opacus (``step``, ``get_epsilon``,
+    ``get_privacy_spent``). See the module docstring for how DP-REC's overhead and reverse term
+    are composed.
     """
 
     def __init__(self, orders: Any = None) -> None:
@@ -302,29 +306,49 @@ class Accountant:
         """Delta at ``epsilon`` (see :meth:`get_delta_and_optimal_order`)."""
         return self.get_delta_and_optimal_order(epsilon, method=method)[0]
 
+    def get_privacy_spent(self, *, delta: float, method: str = "auto") -> tuple[float, float]:
+        """``(eps, order)`` at ``delta``, named as Opacus' ``RDPAccountant.get_privacy_spent``."""
+        return self.get_epsilon_and_optimal_order(delta, method=method)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class _KeywordRdpEvent(PrivacyEvent):
-    """An event whose curve is ``fn(orders, **params)`` from another accounting module."""
+    """An event whose curve is ``fn(orders, **params)`` from another accounting module.
+
+    Built from keyword arguments, ``DDGEvent(l2_sensitivity=1.0, noise_stddev=5.0, ...)`` (like
+    dp_accounting's events), or from a dict of them, ``DDGEvent(params)``. The parameters are
+    copied and validated at once.
+    """
 
     params: dict
 
+    def __init__(self, params: Optional[dict] = None, **kwargs: Any) -> None:
+        if params is None:
+            merged: dict = {}
+        elif isinstance(params, dict):
+            merged = dict(params)
+        else:
+            raise TypeError(f"params must be a dict of keyword arguments, got {type(params).__name__}")
+        both = sorted(set(merged) & set(kwargs))
+        if both:
+            raise TypeError(f"params and keyword arguments both give {both}")
+        merged.update(kwargs)
+        object.__setattr__(self, "params", merged)
+        # Validate now (the RDP function names any bad parameter), not at compose time.
+        self._fn()(np.array([2.0]), **merged)
+
     def _fn(self) -> Callable[..., Any]:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def __post_init__(self) -> None:
-        # Validate now (the RDP function names any bad parameter), not at compose time.
-        self._fn()(np.array([2.0]), **self.params)
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         return np.asarray(self._fn()(orders, **self.params), dtype=np.float64)
 
 
 class DDGEvent(_KeywordRdpEvent):
-    """One round of the distributed discrete Gaussian: ``DDGEvent(dict(l2_sensitivity=..., ...))``.
+    """One round of the distributed discrete Gaussian: ``DDGEvent(l2_sensitivity=..., ...)``.
 
-    ``params`` are the keyword arguments of :func:`dprec.accounting.discrete.ddg_rdp`.
+    The keyword arguments (or a dict of them) are those of :func:`dprec.accounting.discrete.ddg_rdp`
+    (Kairouz et al. 2021, Theorem 1 / Chen et al., Theorem E.1).
     """
 
     def _fn(self) -> Callable[..., Any]:
@@ -334,7 +358,10 @@ class DDGEvent(_KeywordRdpEvent):
 
 
 class SkellamEvent(_KeywordRdpEvent):
-    """One round of the Skellam mechanism; ``params`` as for :func:`dprec.accounting.discrete.skellam_rdp`."""
+    """One round of the Skellam mechanism (Agarwal et al. 2021): ``SkellamEvent(l2_sensitivity=..., ...)``.
+
+    The keyword arguments (or a dict of them) are those of :func:`dprec.accounting.discrete.skellam_rdp`.
+    """
 
     def _fn(self) -> Callable[..., Any]:
         from .discrete import skellam_rdp
@@ -343,7 +370,11 @@ class SkellamEvent(_KeywordRdpEvent):
 
 
 class QMGeoEvent(_KeywordRdpEvent):
-    """One round of QMGeo; ``params`` as for :func:`dprec.accounting.qmgeo.qmgeo_rdp` (levels, p, ...)."""
+    """One round of QMGeo (Wang and Gursoy; exact divergence of the corrected pmf).
+
+    ``QMGeoEvent(levels=8, p=0.9, inputs=..., ...)``: the keyword arguments (or a dict of them)
+    are those of :func:`dprec.accounting.qmgeo.qmgeo_rdp`.
+    """
 
     def _fn(self) -> Callable[..., Any]:
         from .qmgeo import qmgeo_rdp
