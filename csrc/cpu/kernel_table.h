@@ -37,6 +37,11 @@ struct KernelTable {
     void (*fwht_stages_f64)(double* x, uint64_t len, uint64_t h_begin, uint64_t h_end);
     void (*fwht_scale_f32)(float* x, uint64_t len, float s);
     void (*fwht_scale_f64)(double* x, uint64_t len, double s);
+    // The stages that couple m rows (row r at x + r * stride), on the first ncols elements
+    // of each row: element stages stride, 2 stride, ..., m/2 stride. Then, if `scaled`,
+    // x *= s on those elements (the same bits as fwht_scale after them).
+    void (*fwht_rows_f32)(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s);
+    void (*fwht_rows_f64)(double* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, double s);
 };
 
 const KernelTable* kernel_table_baseline();

@@ -245,7 +245,8 @@ struct GenericKernels {
     static const dprec::cpu::KernelTable* table() {
         static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile,
                                                  &FwhtKernels<S>::stages_f32, &FwhtKernels<S>::stages_f64,
-                                                 &FwhtKernels<S>::scale_f32, &FwhtKernels<S>::scale_f64};
+                                                 &FwhtKernels<S>::scale_f32, &FwhtKernels<S>::scale_f64,
+                                                 &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64};
         return &t;
     }
 };
