@@ -42,14 +42,6 @@ inline void across_rows(double* x, uint64_t stride, uint64_t m, uint64_t ncols, 
 inline void scale_all(float* x, uint64_t len, float s) { kernels().fwht_scale_f32(x, len, s); }
 inline void scale_all(double* x, uint64_t len, double s) { kernels().fwht_scale_f64(x, len, s); }
 
-inline void prefetch_l2(const void* p) {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p, 0, 2);
-#else
-    (void)p;
-#endif
-}
-
 template <class T>
 T norm_scale(uint64_t n) {
     int log2n = 0;
@@ -74,16 +66,10 @@ void run_items(uint64_t n_items, uint64_t elements, const Body& body) {
 
 // All stages of one row of n <= kL2Block elements, on the calling thread: every stage
 // inside L1 blocks, then the stages that couple them, in place while the row is in L2.
-// `next` (or null) is the next row's data: its L1 block i is prefetched into L2 while
-// this row's L1 block i is transformed.
 template <class T>
-void fwht_in_cache(T* x, uint64_t n, bool normalize, T s, const T* next) {
+void fwht_in_cache(T* x, uint64_t n, bool normalize, T s) {
     const uint64_t B = std::min(n, kL1Block<T>);
-    for (uint64_t i = 0; i < n; i += B) {
-        if (next)
-            for (uint64_t k = 0; k < B; k += 64 / sizeof(T)) prefetch_l2(next + i + k);
-        stages(x + i, B, 1, B);
-    }
+    for (uint64_t i = 0; i < n; i += B) stages(x + i, B, 1, B);
     if (B < n) {
         across_rows(x, B, n / B, B, normalize, s);
     } else if (normalize) {
@@ -99,20 +85,14 @@ void fwht_in_cache(T* x, uint64_t n, bool normalize, T s, const T* next) {
 // the top level and the first touch of each L2 block cross DRAM when the row does not fit
 // in the L3.
 template <class T>
-void fwht_long(T* x, uint64_t n, bool normalize, T s, const T* row_end) {
+void fwht_long(T* x, uint64_t n, bool normalize, T s) {
     const uint64_t B = kL2Block<T>;
     const uint64_t child = std::max(B, n / 8);
     const uint64_t m = n / child;
     if (child == B) {
-        // The block a thread most likely takes next, when threads take items in turn: its
-        // first touch is then an L2 hit, even across sub-rows.
-        const uint64_t ahead = static_cast<uint64_t>(get_num_threads());
-        run_items(m, n, [&](size_t item) {
-            const T* next = x + (item + ahead) * B;
-            fwht_in_cache<T>(x + item * B, B, false, s, next < row_end ? next : nullptr);
-        });
+        run_items(m, n, [&](size_t item) { fwht_in_cache<T>(x + item * B, B, false, s); });
     } else {
-        for (uint64_t c = 0; c < m; ++c) fwht_long(x + c * child, child, false, s, row_end);
+        for (uint64_t c = 0; c < m; ++c) fwht_long(x + c * child, child, false, s);
     }
     const uint64_t W = kAcrossItemBytes / sizeof(T);
     run_items(child / W, n, [&](size_t item) { across_rows(x + item * W, child, m, W, normalize, s); });
@@ -134,7 +114,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
             // group of rows.
             const uint64_t rows_per_call = std::max<uint64_t>(1, kL1Block<T> / n);
             if (n > kL1Block<T>) {
-                for (uint64_t r = r0; r < r1; ++r) fwht_in_cache<T>(x + r * n, n, normalize, s, nullptr);
+                for (uint64_t r = r0; r < r1; ++r) fwht_in_cache<T>(x + r * n, n, normalize, s);
                 return;
             }
             for (uint64_t r = r0; r < r1; r += rows_per_call) {
@@ -146,7 +126,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
         });
         return;
     }
-    for (uint64_t r = 0; r < batch; ++r) fwht_long(x + r * n, n, normalize, s, x + batch * n);
+    for (uint64_t r = 0; r < batch; ++r) fwht_long(x + r * n, n, normalize, s);
 }
 
 template void fwht<float>(float*, uint64_t, uint64_t, bool);

@@ -42,6 +42,17 @@ struct KernelTable {
     // x *= s on those elements (the same bits as fwht_scale after them).
     void (*fwht_rows_f32)(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s);
     void (*fwht_rows_f64)(double* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, double s);
+    // Count-sketch, given the bucket words hw and sign words sw of n elements (sketch.cpp):
+    // encode's bucket idx[i] = (uint64(hw[i]) * cols) >> 32 and addend val[i] = x[i] * s,
+    // negated when sw[i] >= 2^31; decode's acc[i] += row[idx[i]] (as double), negated likewise.
+    void (*sketch_addends_f32)(const uint32_t* hw, const uint32_t* sw, const float* x, float s, uint64_t cols,
+                               size_t n, uint32_t* idx, float* val);
+    void (*sketch_addends_f64)(const uint32_t* hw, const uint32_t* sw, const double* x, double s, uint64_t cols,
+                               size_t n, uint32_t* idx, double* val);
+    void (*sketch_gather_f32)(const float* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
+                              double* acc);
+    void (*sketch_gather_f64)(const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
+                              double* acc);
 };
 
 const KernelTable* kernel_table_baseline();

@@ -242,11 +242,53 @@ struct GenericKernels {
         for (size_t i = 0; i < n; ++i) out[i] = out[i] + coef * static_cast<double>(z[i]);
     }
 
+    // Count-sketch loops: plain code that the compiler vectorises for each ISA. The sign is
+    // an exact negation by the sign bit, as in sketch.cpp's scalar code.
+    template <class T>
+    static void sketch_addends(const uint32_t* hw, const uint32_t* sw, const T* x, T s, uint64_t cols, size_t n,
+                               uint32_t* idx, T* val) {
+        using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+        constexpr int kShift = 8 * sizeof(T) - 32;
+        for (size_t i = 0; i < n; ++i) {
+            idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i]) * cols) >> 32);
+            Bits b;
+            const T v = x[i] * s;
+            std::memcpy(&b, &v, sizeof(T));
+            b ^= static_cast<Bits>(sw[i] & 0x80000000u) << kShift;
+            std::memcpy(&val[i], &b, sizeof(T));
+        }
+    }
+    // Three loops per tile, so that the compiler vectorises the first and the last: only
+    // the loads at the buckets stay scalar.
+    template <class T>
+    static void sketch_gather(const T* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
+                              double* acc) {
+        constexpr size_t kTile = 512;
+        uint32_t idx[kTile];
+        T g[kTile];
+        for (size_t i0 = 0; i0 < n; i0 += kTile) {
+            const size_t m = n - i0 < kTile ? n - i0 : kTile;
+            for (size_t i = 0; i < m; ++i)
+                idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i0 + i]) * cols) >> 32);
+            for (size_t i = 0; i < m; ++i) g[i] = row[idx[i]];
+            for (size_t i = 0; i < m; ++i) {
+                double v = static_cast<double>(g[i]);
+                uint64_t b;
+                std::memcpy(&b, &v, 8);
+                b ^= static_cast<uint64_t>(sw[i0 + i] & 0x80000000u) << 32;
+                std::memcpy(&v, &b, 8);
+                acc[i0 + i] += v;
+            }
+        }
+    }
+
     static const dprec::cpu::KernelTable* table() {
         static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile,
                                                  &FwhtKernels<S>::stages_f32, &FwhtKernels<S>::stages_f64,
                                                  &FwhtKernels<S>::scale_f32, &FwhtKernels<S>::scale_f64,
-                                                 &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64};
+                                                 &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64,
+                                                 &sketch_addends<float>,     &sketch_addends<double>,
+                                                 &sketch_gather<float>,      &sketch_gather<double>};
         return &t;
     }
 };

@@ -53,6 +53,23 @@ inline void words(const KernelTable& k, uint64_t seed, uint32_t row, uint32_t gr
 
 }  // namespace
 
+inline void addends(const KernelTable& k, const uint32_t* hw, const uint32_t* sw, const float* x, float s,
+                    uint64_t cols, size_t n, uint32_t* idx, float* val) {
+    k.sketch_addends_f32(hw, sw, x, s, cols, n, idx, val);
+}
+inline void addends(const KernelTable& k, const uint32_t* hw, const uint32_t* sw, const double* x, double s,
+                    uint64_t cols, size_t n, uint32_t* idx, double* val) {
+    k.sketch_addends_f64(hw, sw, x, s, cols, n, idx, val);
+}
+inline void gather(const KernelTable& k, const float* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols,
+                   size_t n, double* acc) {
+    k.sketch_gather_f32(row, hw, sw, cols, n, acc);
+}
+inline void gather(const KernelTable& k, const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols,
+                   size_t n, double* acc) {
+    k.sketch_gather_f64(row, hw, sw, cols, n, acc);
+}
+
 template <class T>
 void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group, uint32_t rows, uint64_t cols,
                          double scale, T* table) {
@@ -61,16 +78,15 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
     parallel_for(static_cast<size_t>(rows), [&](size_t item) {
         const uint32_t r = static_cast<uint32_t>(item);
         T* __restrict t = table + static_cast<uint64_t>(r) * cols;
-        uint32_t hb[kWordTile], sb[kWordTile];
+        alignas(64) uint32_t hb[kWordTile], sb[kWordTile], idx[kWordTile];
+        alignas(64) T val[kWordTile];
         for (uint64_t j0 = 0; j0 < dim; j0 += kWordTile) {
             const uint64_t n = std::min(kWordTile, dim - j0);
             words(k, seed, r, group, kDomainSketchBucket, j0, n, hb);
             words(k, seed, r, group, kDomainSketchSign, j0, n, sb);
-            const T* xs = x + j0;
-            for (uint64_t i = 0; i < n; ++i) {
-                // cell + (-v) == cell - v exactly; the sign goes in without a (mispredicted) branch.
-                t[bucket_of(hb[i], cols)] += with_sign(xs[i] * s, sb[i]);
-            }
+            // Buckets and signed addends in SIMD; what is left is the scatter, in order.
+            addends(k, hb, sb, x + j0, s, cols, static_cast<size_t>(n), idx, val);
+            for (uint64_t i = 0; i < n; ++i) t[idx[i]] += val[i];
         }
     });
 }
@@ -91,10 +107,8 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             for (uint32_t r = 0; r < rows; ++r) {
                 words(k, seed, r, group, kDomainSketchBucket, j0, n, hb.data());
                 words(k, seed, r, group, kDomainSketchSign, j0, n, sb.data());
-                const T* t = table + static_cast<uint64_t>(r) * cols;
-                for (uint64_t i = 0; i < n; ++i) {
-                    acc[i] += with_sign(static_cast<double>(t[bucket_of(hb[i], cols)]), sb[i]);
-                }
+                gather(k, table + static_cast<uint64_t>(r) * cols, hb.data(), sb.data(), cols, static_cast<size_t>(n),
+                       acc.data());
             }
             for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(acc[i]);
             return;
