@@ -53,6 +53,10 @@ struct KernelTable {
                               double* acc);
     void (*sketch_gather_f64)(const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
                               double* acc);
+    // Sorts each column of the rows x n row-major `values` (rows small), ascending: an
+    // odd-even transposition network of compare-exchanges lo = q < p ? q : p,
+    // hi = q < p ? p : q, which keeps both signed zeros.
+    void (*sort_columns_f64)(double* values, uint32_t rows, uint64_t n);
 };
 
 const KernelTable* kernel_table_baseline();

@@ -282,13 +282,38 @@ struct GenericKernels {
         }
     }
 
+    static void sort_columns_f64(double* values, uint32_t rows, uint64_t n) {
+        for (uint32_t pass = 0; pass < rows; ++pass)
+            for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
+                double* __restrict lo = values + static_cast<uint64_t>(a) * n;
+                double* __restrict hi = lo + n;
+                uint64_t i = 0;
+#if defined(__SSE2__)
+                if constexpr (L == 1) {  // the baseline build: GCC leaves the loop below scalar
+                    for (; i + 2 <= n; i += 2) {
+                        const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
+                        _mm_storeu_pd(lo + i, _mm_min_pd(q, p));  // q < p ? q : p
+                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));  // p > q ? p : q
+                    }
+                }
+#endif
+                for (; i < n; ++i) {
+                    const double p = lo[i], q = hi[i];
+                    const bool swap = q < p;
+                    lo[i] = swap ? q : p;
+                    hi[i] = swap ? p : q;
+                }
+            }
+    }
+
     static const dprec::cpu::KernelTable* table() {
         static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile,
                                                  &FwhtKernels<S>::stages_f32, &FwhtKernels<S>::stages_f64,
                                                  &FwhtKernels<S>::scale_f32, &FwhtKernels<S>::scale_f64,
                                                  &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64,
                                                  &sketch_addends<float>,     &sketch_addends<double>,
-                                                 &sketch_gather<float>,      &sketch_gather<double>};
+                                                 &sketch_gather<float>,      &sketch_gather<double>,
+                                                 &sort_columns_f64};
         return &t;
     }
 };

@@ -4,10 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "../common/philox.h"
 #include "dispatch.h"
 #include "parallel.h"
@@ -17,7 +13,7 @@ namespace {
 
 constexpr uint64_t kWordTile = 1024;         // elements of bucket / sign words generated at once
 constexpr uint64_t kDecodeChunk = 4096;      // elements per decode work item (a multiple of 4)
-constexpr uint64_t kDecodeMaxValues = 1 << 13;  // cap on rows x chunk buffered for the median
+constexpr uint64_t kDecodeMaxValues = 1 << 15;  // cap on rows x chunk buffered for the median
 constexpr uint32_t kSortNetworkRows = 32;       // up to this many rows: vectorised transposition sort
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -126,26 +122,7 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
         if (rows <= kSortNetworkRows) {
             // Odd-even transposition sort of every element's rows at once: branch-free
             // min / max over contiguous vectors (random data would mispredict a scalar sort).
-            for (uint32_t pass = 0; pass < rows; ++pass)
-                for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
-                    double* __restrict lo = values.data() + static_cast<uint64_t>(a) * n;
-                    double* __restrict hi = lo + n;
-                    uint64_t i = 0;
-#if defined(__SSE2__)
-                    for (; i + 2 <= n; i += 2) {  // minpd / maxpd: GCC does not vectorise ?: on doubles
-                        const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
-                        _mm_storeu_pd(lo + i, _mm_min_pd(q, p));
-                        // max(p, q) returns q on a tie, like the scalar loop: a true
-                        // compare-exchange, so +0 and -0 are both kept (max(q, p) kept p twice).
-                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));
-                    }
-#endif
-                    for (; i < n; ++i) {
-                        const double p = lo[i], q = hi[i];
-                        lo[i] = q < p ? q : p;
-                        hi[i] = q < p ? p : q;
-                    }
-                }
+            k.sort_columns_f64(values.data(), rows, n);
             const double* mid = values.data() + half * n;
             if (rows % 2) {
                 for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(mid[i] * median_scale);
