@@ -182,3 +182,33 @@ def test_native_layer_checks_what_python_cannot():
         dprec.runtime.set_isa("avx9000")
     with pytest.raises(ValueError, match="n must be"):
         dprec.runtime.set_num_threads(-1)
+
+
+@requires_native
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, (1 << 14) + 1, 1 << 17, (1 << 18) + 5])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, "max"])
+def test_native_finiteness_check_finds_each_position(dtype, n, bad, threads):
+    """_core.all_finite (the large-array check behind every public function) against
+    np.isfinite: each non-finite value, first, last or inside a later work item, and the
+    largest finite value, which must pass."""
+    core = _backend.native()
+    value = np.finfo(dtype).max if bad == "max" else bad
+    for t in (1, 2):
+        threads(t)
+        assert core.all_finite(np.zeros(n, dtype))
+        for pos in sorted({0, n // 2, n - 1}):
+            x = np.zeros(n, dtype)
+            x[pos] = value
+            assert core.all_finite(x) == bool(np.isfinite(x).all())
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_rejected_in_large_arrays(bad):
+    """Large inputs take the native finiteness check: the error still names the argument."""
+    x = np.ones(1 << 18, np.float32)
+    x[-1] = bad
+    with pytest.raises(ValueError, match="x contains"):
+        dprec.hadamard.fwht(x)
+    with pytest.raises(ValueError, match="phi contains"):
+        rec.logits(x, 1, 0, 2, sigma=1.0)

@@ -107,6 +107,32 @@ def test_fwht_normalize(k, dtype, rng):
     np.testing.assert_allclose(np.linalg.norm(got, axis=-1), np.linalg.norm(x, axis=-1), rtol=tol * max(1, k))
 
 
+@pytest.mark.parametrize(
+    "dtype,shape",
+    [
+        # float32: L2 blocks of 2^17, so 2^21 and 2^22 recurse through two radix-8 levels
+        (np.float32, (1, 1 << 21)),
+        (np.float32, (1, 1 << 22)),
+        (np.float32, (3, 1 << 18)),
+        # float64: L2 blocks of 2^16
+        (np.float64, (1, 1 << 20)),
+        (np.float64, (2, 1 << 19)),
+    ],
+)
+@pytest.mark.parametrize("normalize", [False, True])
+def test_fwht_multilevel_rows_bit_identical(dtype, shape, normalize, threads, rng):
+    """Rows long enough for several levels of in-cache blocks and radix-8 passes across
+    them (and batches of such rows, whose prefetches reach into the next row) give the
+    radix-2 loop's bits, on one thread and on two."""
+    x = rng.standard_normal(shape).astype(dtype)
+    want = np_fwht(x)
+    if normalize:
+        want = want * norm_scale(shape[-1], dtype)
+    for t in (1, 2):
+        threads(t)
+        np.testing.assert_array_equal(native_fwht(x, normalize=normalize), want)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1 << 20), (3, 1 << 17), (300, 128)])
 def test_fwht_thread_count_invariant(shape, dtype, threads, rng):

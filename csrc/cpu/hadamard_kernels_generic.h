@@ -90,6 +90,27 @@ struct FwhtKernels {
         if (h < h_end) stage2(x, len, h);
     }
 
+    // All log2(m) stages across m rows (row r at x + r * stride, m a power of two), on
+    // columns [0, ncols) of each row, in increasing stride; then, if `scaled`, x *= s.
+    // Row stage t couples rows r and r + 2^t: the element stages h = stride * 2^t of a
+    // transform whose first stages already ran inside the rows.
+    template <class T>
+    static void rows_scalar(T* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, T s) {
+        for (uint64_t t = 1; t < m; t *= 2)
+            for (uint64_t r = 0; r < m; r += 2 * t)
+                for (uint64_t q = r; q < r + t; ++q) {
+                    T* __restrict a = x + q * stride;
+                    T* __restrict b = x + (q + t) * stride;
+                    for (uint64_t j = 0; j < ncols; ++j) {
+                        const T u = a[j], v = b[j];
+                        a[j] = u + v;
+                        b[j] = u - v;
+                    }
+                }
+        if (scaled)
+            for (uint64_t r = 0; r < m; ++r) scale<T>(x + r * stride, ncols, s);
+    }
+
     // ---- float32 vector code -----------------------------------------------------------
     using F = typename S::F;
     static constexpr uint64_t L = static_cast<uint64_t>(S::kLanes);
@@ -105,30 +126,83 @@ struct FwhtKernels {
         for (; i < len; i += L) S::storeu(x + i, S::fwht_lanes(S::loadf(x + i)));
     }
 
+    // Stages h, 2h, ..., 2^(R-1) h on the 2^R rows p + k h, columns [0, ncols) (a multiple
+    // of L), in one pass; then, if Scaled, times s.
+    template <int R, bool Scaled = false>
+    static void vec_cols(float* p, uint64_t h, uint64_t ncols, float s = 1.0f) {
+        constexpr int N = 1 << R;
+        const F vs = S::set1f(s);
+        for (uint64_t j = 0; j < ncols; j += L) {
+            // Fully unrolled, so that v lives in registers.
+            F v[N];
+            DPREC_FWHT_UNROLL
+            for (int k = 0; k < N; ++k) v[k] = S::loadf(p + j + k * h);
+            DPREC_FWHT_UNROLL
+            for (int t = 0; t < R * N / 2; ++t) {
+                const int st = 1 << (t / (N / 2));  // stage stride, in vectors
+                const int q = t % (N / 2);          // butterfly within the stage
+                const int lo = (q / st) * 2 * st + q % st;
+                const F a = v[lo], b = v[lo + st];
+                v[lo] = S::addf(a, b);
+                v[lo + st] = S::subf(a, b);
+            }
+            DPREC_FWHT_UNROLL
+            for (int k = 0; k < N; ++k) S::storeu(p + j + k * h, Scaled ? S::mulf(v[k], vs) : v[k]);
+        }
+    }
+
     // Stages h, 2h, ..., 2^(R-1) h in one pass (h a multiple of L, len a multiple of 2^R h).
     template <int R>
     static void vec_radix(float* x, uint64_t len, uint64_t h) {
-        constexpr int N = 1 << R;
-        for (uint64_t i = 0; i < len; i += N * h) {
-            float* p = x + i;
-            for (uint64_t j = 0; j < h; j += L) {
-                // Fully unrolled, so that v lives in registers.
-                F v[N];
-                DPREC_FWHT_UNROLL
-                for (int k = 0; k < N; ++k) v[k] = S::loadf(p + j + k * h);
-                DPREC_FWHT_UNROLL
-                for (int t = 0; t < R * N / 2; ++t) {
-                    const int s = 1 << (t / (N / 2));  // stage stride, in vectors
-                    const int q = t % (N / 2);         // butterfly within the stage
-                    const int lo = (q / s) * 2 * s + q % s;
-                    const F a = v[lo], b = v[lo + s];
-                    v[lo] = S::addf(a, b);
-                    v[lo + s] = S::subf(a, b);
-                }
-                DPREC_FWHT_UNROLL
-                for (int k = 0; k < N; ++k) S::storeu(p + j + k * h, v[k]);
-            }
+        for (uint64_t i = 0; i < len; i += (uint64_t(1) << R) * h) vec_cols<R>(x + i, h, h);
+    }
+
+    template <bool Scaled>
+    static void vec_cols_r(int r, float* p, uint64_t h, uint64_t ncols, float s) {
+        switch (r) {
+            case 1: return vec_cols<1, Scaled>(p, h, ncols, s);
+            case 2: return vec_cols<2, Scaled>(p, h, ncols, s);
+            case 3: return vec_cols<3, Scaled>(p, h, ncols, s);
+            default: return vec_cols<(S::kFwhtRadix > 4 ? 4 : S::kFwhtRadix), Scaled>(p, h, ncols, s);
         }
+    }
+
+    static void rows_f32(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s) {
+        if constexpr (L == 1) {
+            rows_scalar<float>(x, stride, m, ncols, scaled, s);
+        } else {
+            if (ncols % L != 0 || m < 2) {
+                rows_scalar<float>(x, stride, m, ncols, scaled, s);
+                return;
+            }
+            rows_vec(x, stride, m, ncols, scaled, s);
+        }
+    }
+    static void rows_vec(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s) {
+        int total = 0;
+        while ((uint64_t(1) << total) < m) ++total;
+        // Rows a multiple of 4 KiB apart share their L1 sets: at most 8 of them at once.
+        const int max_r = stride * sizeof(float) >= 4096 && S::kFwhtRadix > 3 ? 3 : S::kFwhtRadix;
+        const int n_passes = (total + max_r - 1) / max_r;
+        uint64_t t = 1;  // row stride of this pass
+        for (int pass = 0; pass < n_passes; ++pass) {
+            const int r = (total + (n_passes - pass) - 1) / (n_passes - pass);  // balanced
+            total -= r;
+            const bool last = pass == n_passes - 1;
+            const uint64_t span = t << r;
+            for (uint64_t b = 0; b < m; b += span)
+                for (uint64_t q = b; q < b + t; ++q) {
+                    if (last && scaled) {
+                        vec_cols_r<true>(r, x + q * stride, t * stride, ncols, s);
+                    } else {
+                        vec_cols_r<false>(r, x + q * stride, t * stride, ncols, s);
+                    }
+                }
+            t = span;
+        }
+    }
+    static void rows_f64(double* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, double s) {
+        rows_scalar<double>(x, stride, m, ncols, scaled, s);
     }
 
     static void stages_f32(float* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {

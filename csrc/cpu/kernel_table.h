@@ -37,6 +37,26 @@ struct KernelTable {
     void (*fwht_stages_f64)(double* x, uint64_t len, uint64_t h_begin, uint64_t h_end);
     void (*fwht_scale_f32)(float* x, uint64_t len, float s);
     void (*fwht_scale_f64)(double* x, uint64_t len, double s);
+    // The stages that couple m rows (row r at x + r * stride), on the first ncols elements
+    // of each row: element stages stride, 2 stride, ..., m/2 stride. Then, if `scaled`,
+    // x *= s on those elements (the same bits as fwht_scale after them).
+    void (*fwht_rows_f32)(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s);
+    void (*fwht_rows_f64)(double* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, double s);
+    // Count-sketch, given the bucket words hw and sign words sw of n elements (sketch.cpp):
+    // encode's bucket idx[i] = (uint64(hw[i]) * cols) >> 32 and addend val[i] = x[i] * s,
+    // negated when sw[i] >= 2^31; decode's acc[i] += row[idx[i]] (as double), negated likewise.
+    void (*sketch_addends_f32)(const uint32_t* hw, const uint32_t* sw, const float* x, float s, uint64_t cols,
+                               size_t n, uint32_t* idx, float* val);
+    void (*sketch_addends_f64)(const uint32_t* hw, const uint32_t* sw, const double* x, double s, uint64_t cols,
+                               size_t n, uint32_t* idx, double* val);
+    void (*sketch_gather_f32)(const float* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
+                              double* acc);
+    void (*sketch_gather_f64)(const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
+                              double* acc);
+    // Sorts each column of the rows x n row-major `values` (rows small), ascending: an
+    // odd-even transposition network of compare-exchanges lo = q < p ? q : p,
+    // hi = q < p ? p : q, which keeps both signed zeros.
+    void (*sort_columns_f64)(double* values, uint32_t rows, uint64_t n);
 };
 
 const KernelTable* kernel_table_baseline();

@@ -3,6 +3,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <immintrin.h>
 
 #include "kernel_table.h"

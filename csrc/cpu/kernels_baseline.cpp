@@ -2,6 +2,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernel_table.h"
 #include "../common/normal_transform.h"

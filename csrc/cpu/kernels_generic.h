@@ -242,10 +242,78 @@ struct GenericKernels {
         for (size_t i = 0; i < n; ++i) out[i] = out[i] + coef * static_cast<double>(z[i]);
     }
 
+    // Count-sketch loops: plain code that the compiler vectorises for each ISA. The sign is
+    // an exact negation by the sign bit, as in sketch.cpp's scalar code.
+    template <class T>
+    static void sketch_addends(const uint32_t* hw, const uint32_t* sw, const T* x, T s, uint64_t cols, size_t n,
+                               uint32_t* idx, T* val) {
+        using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+        constexpr int kShift = 8 * sizeof(T) - 32;
+        for (size_t i = 0; i < n; ++i) {
+            idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i]) * cols) >> 32);
+            Bits b;
+            const T v = x[i] * s;
+            std::memcpy(&b, &v, sizeof(T));
+            b ^= static_cast<Bits>(sw[i] & 0x80000000u) << kShift;
+            std::memcpy(&val[i], &b, sizeof(T));
+        }
+    }
+    // Three loops per tile, so that the compiler vectorises the first and the last: only
+    // the loads at the buckets stay scalar.
+    template <class T>
+    static void sketch_gather(const T* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
+                              double* acc) {
+        constexpr size_t kTile = 512;
+        uint32_t idx[kTile];
+        T g[kTile];
+        for (size_t i0 = 0; i0 < n; i0 += kTile) {
+            const size_t m = n - i0 < kTile ? n - i0 : kTile;
+            for (size_t i = 0; i < m; ++i)
+                idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i0 + i]) * cols) >> 32);
+            for (size_t i = 0; i < m; ++i) g[i] = row[idx[i]];
+            for (size_t i = 0; i < m; ++i) {
+                double v = static_cast<double>(g[i]);
+                uint64_t b;
+                std::memcpy(&b, &v, 8);
+                b ^= static_cast<uint64_t>(sw[i0 + i] & 0x80000000u) << 32;
+                std::memcpy(&v, &b, 8);
+                acc[i0 + i] += v;
+            }
+        }
+    }
+
+    static void sort_columns_f64(double* values, uint32_t rows, uint64_t n) {
+        for (uint32_t pass = 0; pass < rows; ++pass)
+            for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
+                double* __restrict lo = values + static_cast<uint64_t>(a) * n;
+                double* __restrict hi = lo + n;
+                uint64_t i = 0;
+#if defined(__SSE2__)
+                if constexpr (L == 1) {  // the baseline build: GCC leaves the loop below scalar
+                    for (; i + 2 <= n; i += 2) {
+                        const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
+                        _mm_storeu_pd(lo + i, _mm_min_pd(q, p));  // q < p ? q : p
+                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));  // p > q ? p : q
+                    }
+                }
+#endif
+                for (; i < n; ++i) {
+                    const double p = lo[i], q = hi[i];
+                    const bool swap = q < p;
+                    lo[i] = swap ? q : p;
+                    hi[i] = swap ? p : q;
+                }
+            }
+    }
+
     static const dprec::cpu::KernelTable* table() {
         static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile,
                                                  &FwhtKernels<S>::stages_f32, &FwhtKernels<S>::stages_f64,
-                                                 &FwhtKernels<S>::scale_f32, &FwhtKernels<S>::scale_f64};
+                                                 &FwhtKernels<S>::scale_f32, &FwhtKernels<S>::scale_f64,
+                                                 &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64,
+                                                 &sketch_addends<float>,     &sketch_addends<double>,
+                                                 &sketch_gather<float>,      &sketch_gather<double>,
+                                                 &sort_columns_f64};
         return &t;
     }
 };

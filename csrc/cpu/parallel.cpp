@@ -13,6 +13,9 @@
 #if !defined(_WIN32)
 #include <pthread.h>
 #endif
+#if defined(_MSC_VER)
+#include <intrin.h>
+#endif
 
 namespace dprec::cpu {
 namespace {
@@ -46,6 +49,39 @@ int default_threads() {
     return hw > 0 ? static_cast<int>(hw) : 1;
 }
 
+// Spin-waiting: a kernel often makes several parallel_for calls back to back (the passes of
+// an FWHT, a benchmark loop), and waking a sleeping thread through the OS costs tens of
+// microseconds, more than many whole calls. So a worker that has finished polls for the next
+// call for a short while before it sleeps, and the caller polls for the workers' last items
+// before it sleeps. Nothing waits for a worker that has not joined a call: the caller closes
+// the call once every item is taken, and a worker that wakes after that skips it.
+constexpr std::chrono::microseconds kSpin{200};
+
+inline void cpu_relax() {
+#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+    _mm_pause();
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+    asm volatile("yield");
+#else
+    std::this_thread::yield();
+#endif
+}
+
+// Polls pred() until it holds or kSpin has passed; returns whether it held.
+template <class Pred>
+bool spin_until(const Pred& pred) {
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    for (;;) {
+        for (int i = 0; i < 64; ++i) {
+            if (pred()) return true;
+            cpu_relax();
+        }
+        if (std::chrono::steady_clock::now() >= deadline) return pred();
+    }
+}
+
 class Pool {
   public:
     explicit Pool(int n_threads) {
@@ -58,7 +94,7 @@ class Pool {
     ~Pool() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            stopping_ = true;
+            stopping_.store(true);
         }
         wake_.notify_all();
         for (auto& t : workers_) t.join();
@@ -71,9 +107,9 @@ class Pool {
             body_ = &body;
             n_items_ = n_items;
             next_.store(0);
-            active_ = static_cast<int>(workers_.size());
+            open_ = true;
             error_ = nullptr;
-            ++generation_;
+            generation_.fetch_add(1, std::memory_order_release);
         }
         wake_.notify_all();
         InterruptPoll poll;
@@ -82,8 +118,18 @@ class Pool {
             interrupted = interrupted || poll.fired();
             return interrupted;
         });
-        std::unique_lock<std::mutex> lock(mutex_);
-        done_.wait(lock, [this] { return active_ == 0; });
+        {
+            // Every item is taken: no worker may join from now on, so only those that joined
+            // are waited for.
+            std::lock_guard<std::mutex> lock(mutex_);
+            open_ = false;
+        }
+        const auto all_left = [this] { return participants_.load(std::memory_order_acquire) == 0; };
+        if (!spin_until(all_left)) {
+            std::unique_lock<std::mutex> lock(mutex_);
+            done_.wait(lock, all_left);
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
         body_ = nullptr;
         if (error_) std::rethrow_exception(error_);
         if (interrupted) throw Interrupted();
@@ -110,37 +156,48 @@ class Pool {
         }
     }
     void worker_loop() {
-        unsigned long seen = 0;
+        unsigned long seen = generation_.load();
         for (;;) {
+            const auto news = [&] {
+                return stopping_.load(std::memory_order_relaxed) ||
+                       generation_.load(std::memory_order_acquire) != seen;
+            };
             const std::function<void(size_t)>* body;
             size_t n_items;
             {
+                const bool woke = spin_until(news);
                 std::unique_lock<std::mutex> lock(mutex_);
-                wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-                if (stopping_) return;
-                seen = generation_;
+                if (!woke) wake_.wait(lock, news);
+                if (stopping_.load()) return;
+                seen = generation_.load();
+                if (!open_) continue;  // the caller already took every item
+                participants_.fetch_add(1, std::memory_order_relaxed);
                 body = body_;
                 n_items = n_items_;
             }
             drain(*body, n_items, [] { return false; });
-            {
-                std::lock_guard<std::mutex> lock(mutex_);
-                --active_;
+            if (participants_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                // Taking the lock orders this notify after the caller's check of the
+                // predicate, so a caller that went to sleep is woken.
+                { std::lock_guard<std::mutex> lock(mutex_); }
+                done_.notify_one();
             }
-            done_.notify_one();
         }
     }
 
     std::vector<std::thread> workers_;
     std::mutex mutex_;
     std::condition_variable wake_, done_;
+    // Written under mutex_; read by spinning workers without it.
+    std::atomic<unsigned long> generation_{0};
+    std::atomic<bool> stopping_{false};
+    // Guarded by mutex_.
     const std::function<void(size_t)>* body_ = nullptr;
     size_t n_items_ = 0;
-    std::atomic<size_t> next_{0};
+    bool open_ = false;
     std::exception_ptr error_;
-    int active_ = 0;
-    unsigned long generation_ = 0;
-    bool stopping_ = false;
+    std::atomic<size_t> next_{0};
+    std::atomic<int> participants_{0};
 };
 
 std::mutex g_config_mutex;  // guards g_pool and g_threads

@@ -4,10 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "../common/philox.h"
 #include "dispatch.h"
 #include "parallel.h"
@@ -17,7 +13,7 @@ namespace {
 
 constexpr uint64_t kWordTile = 1024;         // elements of bucket / sign words generated at once
 constexpr uint64_t kDecodeChunk = 4096;      // elements per decode work item (a multiple of 4)
-constexpr uint64_t kDecodeMaxValues = 1 << 13;  // cap on rows x chunk buffered for the median
+constexpr uint64_t kDecodeMaxValues = 1 << 15;  // cap on rows x chunk buffered for the median
 constexpr uint32_t kSortNetworkRows = 32;       // up to this many rows: vectorised transposition sort
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -53,6 +49,23 @@ inline void words(const KernelTable& k, uint64_t seed, uint32_t row, uint32_t gr
 
 }  // namespace
 
+inline void addends(const KernelTable& k, const uint32_t* hw, const uint32_t* sw, const float* x, float s,
+                    uint64_t cols, size_t n, uint32_t* idx, float* val) {
+    k.sketch_addends_f32(hw, sw, x, s, cols, n, idx, val);
+}
+inline void addends(const KernelTable& k, const uint32_t* hw, const uint32_t* sw, const double* x, double s,
+                    uint64_t cols, size_t n, uint32_t* idx, double* val) {
+    k.sketch_addends_f64(hw, sw, x, s, cols, n, idx, val);
+}
+inline void gather(const KernelTable& k, const float* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols,
+                   size_t n, double* acc) {
+    k.sketch_gather_f32(row, hw, sw, cols, n, acc);
+}
+inline void gather(const KernelTable& k, const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols,
+                   size_t n, double* acc) {
+    k.sketch_gather_f64(row, hw, sw, cols, n, acc);
+}
+
 template <class T>
 void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group, uint32_t rows, uint64_t cols,
                          double scale, T* table) {
@@ -61,16 +74,15 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
     parallel_for(static_cast<size_t>(rows), [&](size_t item) {
         const uint32_t r = static_cast<uint32_t>(item);
         T* __restrict t = table + static_cast<uint64_t>(r) * cols;
-        uint32_t hb[kWordTile], sb[kWordTile];
+        alignas(64) uint32_t hb[kWordTile], sb[kWordTile], idx[kWordTile];
+        alignas(64) T val[kWordTile];
         for (uint64_t j0 = 0; j0 < dim; j0 += kWordTile) {
             const uint64_t n = std::min(kWordTile, dim - j0);
             words(k, seed, r, group, kDomainSketchBucket, j0, n, hb);
             words(k, seed, r, group, kDomainSketchSign, j0, n, sb);
-            const T* xs = x + j0;
-            for (uint64_t i = 0; i < n; ++i) {
-                // cell + (-v) == cell - v exactly; the sign goes in without a (mispredicted) branch.
-                t[bucket_of(hb[i], cols)] += with_sign(xs[i] * s, sb[i]);
-            }
+            // Buckets and signed addends in SIMD; what is left is the scatter, in order.
+            addends(k, hb, sb, x + j0, s, cols, static_cast<size_t>(n), idx, val);
+            for (uint64_t i = 0; i < n; ++i) t[idx[i]] += val[i];
         }
     });
 }
@@ -91,10 +103,8 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             for (uint32_t r = 0; r < rows; ++r) {
                 words(k, seed, r, group, kDomainSketchBucket, j0, n, hb.data());
                 words(k, seed, r, group, kDomainSketchSign, j0, n, sb.data());
-                const T* t = table + static_cast<uint64_t>(r) * cols;
-                for (uint64_t i = 0; i < n; ++i) {
-                    acc[i] += with_sign(static_cast<double>(t[bucket_of(hb[i], cols)]), sb[i]);
-                }
+                gather(k, table + static_cast<uint64_t>(r) * cols, hb.data(), sb.data(), cols, static_cast<size_t>(n),
+                       acc.data());
             }
             for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(acc[i]);
             return;
@@ -112,26 +122,7 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
         if (rows <= kSortNetworkRows) {
             // Odd-even transposition sort of every element's rows at once: branch-free
             // min / max over contiguous vectors (random data would mispredict a scalar sort).
-            for (uint32_t pass = 0; pass < rows; ++pass)
-                for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
-                    double* __restrict lo = values.data() + static_cast<uint64_t>(a) * n;
-                    double* __restrict hi = lo + n;
-                    uint64_t i = 0;
-#if defined(__SSE2__)
-                    for (; i + 2 <= n; i += 2) {  // minpd / maxpd: GCC does not vectorise ?: on doubles
-                        const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
-                        _mm_storeu_pd(lo + i, _mm_min_pd(q, p));
-                        // max(p, q) returns q on a tie, like the scalar loop: a true
-                        // compare-exchange, so +0 and -0 are both kept (max(q, p) kept p twice).
-                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));
-                    }
-#endif
-                    for (; i < n; ++i) {
-                        const double p = lo[i], q = hi[i];
-                        lo[i] = q < p ? q : p;
-                        hi[i] = q < p ? p : q;
-                    }
-                }
+            k.sort_columns_f64(values.data(), rows, n);
             const double* mid = values.data() + half * n;
             if (rows % 2) {
                 for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(mid[i] * median_scale);

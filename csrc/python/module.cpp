@@ -11,6 +11,7 @@ void bind_emulation(py::module_& m);
 void bind_emulation_sketch(py::module_& m);
 void bind_hadamard(py::module_& m);
 void bind_sketch(py::module_& m);
+void bind_validation(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_emulation_sketch(m);  // adds to m.gpu_emulation
     dprec::bind::bind_hadamard(m);
     dprec::bind::bind_sketch(m);
+    dprec::bind::bind_validation(m);
 }
