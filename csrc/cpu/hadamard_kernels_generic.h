@@ -111,9 +111,27 @@ struct FwhtKernels {
             for (uint64_t r = 0; r < m; ++r) scale<T>(x + r * stride, ncols, s);
     }
 
-    // ---- float32 vector code -----------------------------------------------------------
+    // ---- vector code -------------------------------------------------------------------
     using F = typename S::F;
+    using D = typename S::D;
     static constexpr uint64_t L = static_cast<uint64_t>(S::kLanes);
+    // Vectors of T (float or double), and their lanes.
+    template <class T>
+    using Vec = std::conditional_t<std::is_same_v<T, float>, F, D>;
+    template <class T>
+    static constexpr uint64_t kLanesOf = std::is_same_v<T, float> ? L : static_cast<uint64_t>(S::kLanesD);
+    static F vload(const float* p) { return S::loadf(p); }
+    static D vload(const double* p) { return S::loadd(p); }
+    static void vstore(float* p, F v) { S::storeu(p, v); }
+    static void vstore(double* p, D v) { S::stored(p, v); }
+    static F vset1(float v) { return S::set1f(v); }
+    static D vset1(double v) { return S::set1d(v); }
+    static F vadd(F a, F b) { return S::addf(a, b); }
+    static D vadd(D a, D b) { return S::addd(a, b); }
+    static F vsub(F a, F b) { return S::subf(a, b); }
+    static D vsub(D a, D b) { return S::subd(a, b); }
+    static F vmul(F a, F b) { return S::mulf(a, b); }
+    static D vmul(D a, D b) { return S::muld(a, b); }
 
     // Stages h = 1 .. L/2, in register, on each vector of x[0, len) (len a multiple of L).
     static void vec_inreg(float* x, uint64_t len) {
@@ -127,62 +145,72 @@ struct FwhtKernels {
     }
 
     // Stages h, 2h, ..., 2^(R-1) h on the 2^R rows p + k h, columns [0, ncols) (a multiple
-    // of L), in one pass; then, if Scaled, times s.
-    template <int R, bool Scaled = false>
-    static void vec_cols(float* p, uint64_t h, uint64_t ncols, float s = 1.0f) {
+    // of the lanes), in one pass; then, if Scaled, times s.
+    template <class T, int R, bool Scaled = false>
+    static void vec_cols(T* p, uint64_t h, uint64_t ncols, T s = T(1)) {
         constexpr int N = 1 << R;
-        const F vs = S::set1f(s);
-        for (uint64_t j = 0; j < ncols; j += L) {
+        constexpr uint64_t LT = kLanesOf<T>;
+        const Vec<T> vs = vset1(s);
+        for (uint64_t j = 0; j < ncols; j += LT) {
             // Fully unrolled, so that v lives in registers.
-            F v[N];
+            Vec<T> v[N];
             DPREC_FWHT_UNROLL
-            for (int k = 0; k < N; ++k) v[k] = S::loadf(p + j + k * h);
+            for (int k = 0; k < N; ++k) v[k] = vload(p + j + k * h);
             DPREC_FWHT_UNROLL
             for (int t = 0; t < R * N / 2; ++t) {
                 const int st = 1 << (t / (N / 2));  // stage stride, in vectors
                 const int q = t % (N / 2);          // butterfly within the stage
                 const int lo = (q / st) * 2 * st + q % st;
-                const F a = v[lo], b = v[lo + st];
-                v[lo] = S::addf(a, b);
-                v[lo + st] = S::subf(a, b);
+                const Vec<T> a = v[lo], b = v[lo + st];
+                v[lo] = vadd(a, b);
+                v[lo + st] = vsub(a, b);
             }
             DPREC_FWHT_UNROLL
-            for (int k = 0; k < N; ++k) S::storeu(p + j + k * h, Scaled ? S::mulf(v[k], vs) : v[k]);
+            for (int k = 0; k < N; ++k) vstore(p + j + k * h, Scaled ? vmul(v[k], vs) : v[k]);
         }
     }
 
-    // Stages h, 2h, ..., 2^(R-1) h in one pass (h a multiple of L, len a multiple of 2^R h).
-    template <int R>
-    static void vec_radix(float* x, uint64_t len, uint64_t h) {
-        for (uint64_t i = 0; i < len; i += (uint64_t(1) << R) * h) vec_cols<R>(x + i, h, h);
+    // Stages h, 2h, ..., 2^(R-1) h in one pass (h a multiple of the lanes, len a multiple of 2^R h).
+    template <class T, int R>
+    static void vec_radix(T* x, uint64_t len, uint64_t h) {
+        for (uint64_t i = 0; i < len; i += (uint64_t(1) << R) * h) vec_cols<T, R>(x + i, h, h);
     }
 
-    template <bool Scaled>
-    static void vec_cols_r(int r, float* p, uint64_t h, uint64_t ncols, float s) {
+    template <class T, bool Scaled>
+    static void vec_cols_r(int r, T* p, uint64_t h, uint64_t ncols, T s) {
         switch (r) {
-            case 1: return vec_cols<1, Scaled>(p, h, ncols, s);
-            case 2: return vec_cols<2, Scaled>(p, h, ncols, s);
-            case 3: return vec_cols<3, Scaled>(p, h, ncols, s);
-            default: return vec_cols<(S::kFwhtRadix > 4 ? 4 : S::kFwhtRadix), Scaled>(p, h, ncols, s);
+            case 1: return vec_cols<T, 1, Scaled>(p, h, ncols, s);
+            case 2: return vec_cols<T, 2, Scaled>(p, h, ncols, s);
+            case 3: return vec_cols<T, 3, Scaled>(p, h, ncols, s);
+            default: return vec_cols<T, (S::kFwhtRadix > 4 ? 4 : S::kFwhtRadix), Scaled>(p, h, ncols, s);
+        }
+    }
+
+    template <class T>
+    static void rows_any(T* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, T s) {
+        if constexpr (kLanesOf<T> == 1) {
+            rows_scalar<T>(x, stride, m, ncols, scaled, s);
+        } else {
+            if (ncols % kLanesOf<T> != 0 || m < 2) {
+                rows_scalar<T>(x, stride, m, ncols, scaled, s);
+                return;
+            }
+            rows_vec<T>(x, stride, m, ncols, scaled, s);
         }
     }
 
     static void rows_f32(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s) {
-        if constexpr (L == 1) {
-            rows_scalar<float>(x, stride, m, ncols, scaled, s);
-        } else {
-            if (ncols % L != 0 || m < 2) {
-                rows_scalar<float>(x, stride, m, ncols, scaled, s);
-                return;
-            }
-            rows_vec(x, stride, m, ncols, scaled, s);
-        }
+        rows_any<float>(x, stride, m, ncols, scaled, s);
     }
-    static void rows_vec(float* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, float s) {
+    static void rows_f64(double* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, double s) {
+        rows_any<double>(x, stride, m, ncols, scaled, s);
+    }
+    template <class T>
+    static void rows_vec(T* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, T s) {
         int total = 0;
         while ((uint64_t(1) << total) < m) ++total;
         // Rows a multiple of 4 KiB apart share their L1 sets: at most 8 of them at once.
-        const int max_r = stride * sizeof(float) >= 4096 && S::kFwhtRadix > 3 ? 3 : S::kFwhtRadix;
+        const int max_r = stride * sizeof(T) >= 4096 && S::kFwhtRadix > 3 ? 3 : S::kFwhtRadix;
         const int n_passes = (total + max_r - 1) / max_r;
         uint64_t t = 1;  // row stride of this pass
         for (int pass = 0; pass < n_passes; ++pass) {
@@ -193,16 +221,37 @@ struct FwhtKernels {
             for (uint64_t b = 0; b < m; b += span)
                 for (uint64_t q = b; q < b + t; ++q) {
                     if (last && scaled) {
-                        vec_cols_r<true>(r, x + q * stride, t * stride, ncols, s);
+                        vec_cols_r<T, true>(r, x + q * stride, t * stride, ncols, s);
                     } else {
-                        vec_cols_r<false>(r, x + q * stride, t * stride, ncols, s);
+                        vec_cols_r<T, false>(r, x + q * stride, t * stride, ncols, s);
                     }
                 }
             t = span;
         }
     }
-    static void rows_f64(double* x, uint64_t stride, uint64_t m, uint64_t ncols, bool scaled, double s) {
-        rows_scalar<double>(x, stride, m, ncols, scaled, s);
+
+    // Whole-vector stages h .. h_end/2 (h a multiple of the lanes), in groups of kFwhtRadix
+    // (3 or 4), then what remains.
+    template <class T>
+    static void vec_stages(T* x, uint64_t len, uint64_t h, uint64_t h_end) {
+        constexpr int RM = S::kFwhtRadix;
+        while (h < h_end) {
+            int r = 0;
+            while ((h << r) < h_end) ++r;
+            if (r >= RM) {
+                vec_radix<T, RM>(x, len, h);
+                h <<= RM;
+            } else if (r == 3) {
+                vec_radix<T, 3>(x, len, h);
+                h <<= 3;
+            } else if (r == 2) {
+                vec_radix<T, 2>(x, len, h);
+                h <<= 2;
+            } else {
+                vec_radix<T, 1>(x, len, h);
+                h <<= 1;
+            }
+        }
     }
 
     static void stages_f32(float* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
@@ -218,30 +267,25 @@ struct FwhtKernels {
                 vec_inreg(x, len);
                 h = L;
             }
-            // Stages in groups of kFwhtRadix (3 or 4), then what remains.
-            constexpr int RM = S::kFwhtRadix;
-            while (h < h_end) {
-                int r = 0;
-                while ((h << r) < h_end) ++r;
-                if (r >= RM) {
-                    vec_radix<RM>(x, len, h);
-                    h <<= RM;
-                } else if (r == 3) {
-                    vec_radix<3>(x, len, h);
-                    h <<= 3;
-                } else if (r == 2) {
-                    vec_radix<2>(x, len, h);
-                    h <<= 2;
-                } else {
-                    vec_radix<1>(x, len, h);
-                    h <<= 1;
-                }
-            }
+            vec_stages<float>(x, len, h, h_end);
         }
     }
 
+    // float64 has no in-register stages: those below the vector width run in scalar code
+    // (in one pass, stages_1_2_4), the rest as for float32.
     static void stages_f64(double* x, uint64_t len, uint64_t h_begin, uint64_t h_end) {
-        stages_scalar<double>(x, len, h_begin, h_end);
+        constexpr uint64_t LD = kLanesOf<double>;
+        if constexpr (LD == 1) {
+            stages_scalar<double>(x, len, h_begin, h_end);
+        } else {
+            uint64_t h = h_begin;
+            if (h < LD) {
+                const uint64_t h_mid = h_end < LD ? h_end : LD;
+                stages_scalar<double>(x, len, h, h_mid);
+                h = h_mid;
+            }
+            vec_stages<double>(x, len, h, h_end);
+        }
     }
 
     template <class T>

@@ -70,6 +70,15 @@ struct SimdAvx2 {
     // in the high lane: bit for bit the scalar butterfly.
     static constexpr int kFwhtRadix = 3;  // stages fused per pass beyond the vector width
     static F loadf(const float* p) { return _mm256_loadu_ps(p); }
+    // FWHT float64: whole-vector stages only (those below the width run in scalar code).
+    using D = __m256d;
+    static constexpr int kLanesD = 4;
+    static D loadd(const double* p) { return _mm256_loadu_pd(p); }
+    static void stored(double* p, D v) { _mm256_storeu_pd(p, v); }
+    static D set1d(double v) { return _mm256_set1_pd(v); }
+    static D addd(D a, D b) { return _mm256_add_pd(a, b); }
+    static D subd(D a, D b) { return _mm256_sub_pd(a, b); }
+    static D muld(D a, D b) { return _mm256_mul_pd(a, b); }
     static F fwht_lanes(F v) {
         const int s = int(0x80000000u);
         v = _mm256_add_ps(_mm256_permute_ps(v, 0xB1), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, s, 0, s, 0, s, 0, s))));

@@ -121,6 +121,15 @@ struct SimdAvx512 {
     // and w[i] - v[i] = v[i^h] - v[i] in the high lane: bit for bit the scalar butterfly.
     static constexpr int kFwhtRadix = 4;  // stages fused per pass beyond the vector width
     static F loadf(const float* p) { return _mm512_loadu_ps(p); }
+    // FWHT float64: whole-vector stages only (those below the width run in scalar code).
+    using D = __m512d;
+    static constexpr int kLanesD = 8;
+    static D loadd(const double* p) { return _mm512_loadu_pd(p); }
+    static void stored(double* p, D v) { _mm512_storeu_pd(p, v); }
+    static D set1d(double v) { return _mm512_set1_pd(v); }
+    static D addd(D a, D b) { return _mm512_add_pd(a, b); }
+    static D subd(D a, D b) { return _mm512_sub_pd(a, b); }
+    static D muld(D a, D b) { return _mm512_mul_pd(a, b); }
     static F fwht_lanes(F v) {
         __m512 w = _mm512_permute_ps(v, 0xB1);
         v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xAAAA), w, v);

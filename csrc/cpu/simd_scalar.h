@@ -52,6 +52,8 @@ struct SimdScalar {
 
     static U loadu(const uint32_t* p) { return *p; }
     static void storeu(float* p, F v) { *p = v; }
+    using D = double;  // FWHT float64 (one lane: hadamard_kernels_generic.h stays scalar)
+    static constexpr int kLanesD = 1;
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         out[0] = z0; out[1] = z1; out[2] = z2; out[3] = z3;
     }
