@@ -212,3 +212,16 @@ def test_non_finite_rejected_in_large_arrays(bad):
         dprec.hadamard.fwht(x)
     with pytest.raises(ValueError, match="phi contains"):
         rec.logits(x, 1, 0, 2, sigma=1.0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_finiteness_check_without_the_native_module(monkeypatch, bad):
+    """With no native module the same check runs in NumPy, with the same message."""
+    from dprec import _validation
+
+    monkeypatch.setattr(_backend, "_native", None)
+    x = np.ones((3, 5), np.float64)
+    assert _validation.float_array(x, "x") is not None
+    x[2, 4] = bad
+    with pytest.raises(ValueError, match="x contains"):
+        _validation.float_array(x, "x")
