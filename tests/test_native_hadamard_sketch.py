@@ -122,13 +122,13 @@ def test_fwht_normalize(k, dtype, rng):
 @pytest.mark.parametrize("normalize", [False, True])
 def test_fwht_multilevel_rows_bit_identical(dtype, shape, normalize, threads, rng):
     """Rows long enough for several levels of in-cache blocks and radix-8 passes across
-    them (and batches of such rows, whose prefetches reach into the next row) give the
-    radix-2 loop's bits, on one thread and on two."""
+    them (rows that fit the L3 level by level, larger ones sub-row by sub-row; and batches
+    of such rows) give the radix-2 loop's bits, on one, two and three threads."""
     x = rng.standard_normal(shape).astype(dtype)
     want = np_fwht(x)
     if normalize:
         want = want * norm_scale(shape[-1], dtype)
-    for t in (1, 2):
+    for t in (1, 2, 3):
         threads(t)
         np.testing.assert_array_equal(native_fwht(x, normalize=normalize), want)
 

@@ -17,10 +17,12 @@ namespace {
 // (4 in-register stages, then 4 + 4 on AVX-512).
 template <class T>
 constexpr uint64_t kL1Block = uint64_t(16384) / sizeof(T);
-// Elements per L2 block: 512 KiB of data, half of a 1 MiB L2 slice, leaving room for the
-// next block, which is prefetched while this one is transformed.
+// Elements per L2 block: 512 KiB of data, half of a 1 MiB L2 slice.
 template <class T>
 constexpr uint64_t kL2Block = uint64_t(524288) / sizeof(T);
+// Rows up to this size are taken to fit in the L3 and are transformed level by level, with
+// every thread busy at each level; larger ones sub-row by sub-row.
+constexpr uint64_t kL3TreeBytes = uint64_t(8) << 20;
 // Columns per work item of a pass across blocks.
 constexpr uint64_t kAcrossItemBytes = 16384;
 // Rows of small transforms per work item: about this many elements.
@@ -77,25 +79,46 @@ void fwht_in_cache(T* x, uint64_t n, bool normalize, T s) {
     }
 }
 
-// One long row (n > kL2Block), split top-down into up to 8 sub-rows, recursively, down to
+// A long row (n > kL2Block) is split top-down into up to 8 sub-rows, recursively, down to
 // L2 blocks transformed in cache; after its sub-rows, each level runs the (up to 3) stages
 // that couple them in place, over column chunks. Radix 8 keeps those passes to 8 streams,
 // which the hardware prefetchers follow and which fit the ways of every cache set (more
-// power-of-two-strided streams would evict each other), and it makes the levels few: only
-// the top level and the first touch of each L2 block cross DRAM when the row does not fit
-// in the L3.
+// power-of-two-strided streams would evict each other), and it keeps the levels few.
+template <class T>
+uint64_t sub_row(uint64_t n) {
+    return std::max(kL2Block<T>, n / 8);
+}
+
+// The stages that couple the sub-rows of every node of `size` elements in x[0, n).
+template <class T>
+void across_level(T* x, uint64_t n, uint64_t size, bool normalize, T s) {
+    const uint64_t child = sub_row<T>(size);
+    const uint64_t m = size / child;
+    const uint64_t W = kAcrossItemBytes / sizeof(T);
+    const uint64_t chunks = child / W;
+    run_items((n / size) * chunks, n, [&](size_t item) {
+        const uint64_t node = item / chunks, chunk = item % chunks;
+        across_rows(x + node * size + chunk * W, child, m, W, normalize, s);
+    });
+}
+
 template <class T>
 void fwht_long(T* x, uint64_t n, bool normalize, T s) {
     const uint64_t B = kL2Block<T>;
-    const uint64_t child = std::max(B, n / 8);
-    const uint64_t m = n / child;
-    if (child == B) {
-        run_items(m, n, [&](size_t item) { fwht_in_cache<T>(x + item * B, B, false, s); });
-    } else {
-        for (uint64_t c = 0; c < m; ++c) fwht_long(x + c * child, child, false, s);
+    if (n * sizeof(T) <= kL3TreeBytes || sub_row<T>(n) == B) {
+        // The row fits in the L3: every L2 block at once, then each level at once (all the
+        // threads busy at every step), from the smallest nodes up.
+        run_items(n / B, n, [&](size_t item) { fwht_in_cache<T>(x + item * B, B, false, s); });
+        std::vector<uint64_t> sizes;  // node sizes, top-down
+        for (uint64_t size = n; size > B; size = sub_row<T>(size)) sizes.push_back(size);
+        for (size_t i = sizes.size(); i-- > 0;) across_level(x, n, sizes[i], normalize && i == 0, s);
+        return;
     }
-    const uint64_t W = kAcrossItemBytes / sizeof(T);
-    run_items(child / W, n, [&](size_t item) { across_rows(x + item * W, child, m, W, normalize, s); });
+    // Larger: one sub-row after another (each one then stays in the L3 while it is done),
+    // then the stages across them, in a pass over memory.
+    const uint64_t child = sub_row<T>(n);
+    for (uint64_t c = 0; c < n / child; ++c) fwht_long(x + c * child, child, false, s);
+    across_level(x, n, n, normalize, s);
 }
 
 }  // namespace
