@@ -188,9 +188,9 @@ def test_native_layer_checks_what_python_cannot():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n", [1, 7, (1 << 14) + 1, 1 << 17, (1 << 18) + 5])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, "max"])
-def test_native_finiteness_check_finds_each_position(dtype, n, bad, threads):
-    """_core.all_finite (the large-array check behind every public function) against
-    np.isfinite: each non-finite value, first, last or inside a later work item, and the
+def test_native_finiteness_check_finds_each_position(dtype, n, bad, threads, isa):
+    """_core.all_finite (the check behind every public function) against np.isfinite, on
+    every ISA: each non-finite value, first, last or inside a later work item, and the
     largest finite value, which must pass."""
     core = _backend.native()
     value = np.finfo(dtype).max if bad == "max" else bad

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
-#include <type_traits>
 
+#include "dispatch.h"
 #include "parallel.h"
 
 namespace dprec::cpu {
@@ -13,21 +12,8 @@ namespace {
 // Elements per work item; below two items the calling thread checks alone.
 constexpr uint64_t kItem = uint64_t(1) << 16;
 
-// A value is NaN or infinite exactly when its exponent bits are all ones. Testing the bits
-// (rather than x != x or isfinite) keeps the loop a plain and/compare/or that every ISA
-// vectorises, with no early exit to break the vector loop.
-template <class T>
-bool chunk_finite(const T* x, uint64_t n) {
-    using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-    constexpr Bits kExp = sizeof(T) == 4 ? Bits(0x7f800000u) : Bits(0x7ff0000000000000ull);
-    Bits bad = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-        Bits b;
-        std::memcpy(&b, x + i, sizeof(T));
-        bad |= static_cast<Bits>((b & kExp) == kExp);
-    }
-    return bad == 0;
-}
+inline bool chunk_finite(const float* x, uint64_t n) { return kernels().all_finite_f32(x, n); }
+inline bool chunk_finite(const double* x, uint64_t n) { return kernels().all_finite_f64(x, n); }
 
 }  // namespace
 

@@ -57,6 +57,9 @@ struct KernelTable {
     // odd-even transposition network of compare-exchanges lo = q < p ? q : p,
     // hi = q < p ? p : q, which keeps both signed zeros.
     void (*sort_columns_f64)(double* values, uint32_t rows, uint64_t n);
+    // Whether none of x[0, n) is NaN or infinite (finite.cpp).
+    bool (*all_finite_f32)(const float* x, uint64_t n);
+    bool (*all_finite_f64)(const double* x, uint64_t n);
 };
 
 const KernelTable* kernel_table_baseline();
