@@ -293,7 +293,9 @@ struct GenericKernels {
                     for (; i + 2 <= n; i += 2) {
                         const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
                         _mm_storeu_pd(lo + i, _mm_min_pd(q, p));  // q < p ? q : p
-                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));  // p > q ? p : q
+                        // p > q ? p : q: q on a tie, like the loop below, so that a +0/-0
+                        // pair keeps both zeros (max(q, p) would keep p twice).
+                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));
                     }
                 }
 #endif

@@ -47,8 +47,6 @@ inline void words(const KernelTable& k, uint64_t seed, uint32_t row, uint32_t gr
     k.philox_words(id, static_cast<uint32_t>(first >> 2), static_cast<size_t>(ceil_div(count, 4)), buf);
 }
 
-}  // namespace
-
 inline void addends(const KernelTable& k, const uint32_t* hw, const uint32_t* sw, const float* x, float s,
                     uint64_t cols, size_t n, uint32_t* idx, float* val) {
     k.sketch_addends_f32(hw, sw, x, s, cols, n, idx, val);
@@ -65,6 +63,8 @@ inline void gather(const KernelTable& k, const double* row, const uint32_t* hw, 
                    size_t n, double* acc) {
     k.sketch_gather_f64(row, hw, sw, cols, n, acc);
 }
+
+}  // namespace
 
 template <class T>
 void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group, uint32_t rows, uint64_t cols,
