@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from . import cuda, hadamard, philox, rec, runtime, sketch
 from ._backend import available_backends
-from .codec import DPRECCodec, DPRECMessage, Layout
+from .codec import DPRECCodec, DPRECMessage, EncodeInfo, Layout
 from .constants import NORMAL_TRANSFORM_VERSION
 from .runtime import get_num_threads, set_num_threads
 
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DPRECCodec",
     "DPRECMessage",
+    "EncodeInfo",
     "Layout",
     "NORMAL_TRANSFORM_VERSION",
     "available_backends",

@@ -67,6 +67,28 @@ generated), reassembled into the template's names and shapes as float32 NumPy ar
 or float32 CPU tensors where the template holds PyTorch tensors, or float32 arrays of the
 template's framework on its GPU. Decoding is bit identical between backends.
 
+Clipping diagnostics
+--------------------
+``codec.encode(update, return_info=True)`` returns ``(message, info)`` with an
+:class:`EncodeInfo`: the update's global L2 norm before clipping, ``C``, whether it was
+clipped and the scale applied. It stays on the client (nothing of it is in the message;
+the norm is private data); see :meth:`DPRECCodec.encode` for tuning ``sigma`` with it.
+
+Privacy accounting
+------------------
+The guarantee depends on ``clip_multiplier`` ``c``, on the run (rounds ``T``, clients per round
+``B``, clients ``N``, how clients are sampled, delta) and, through the importance-sampling
+overhead ``12 rho / 2^b`` of Algorithm 7, on ``b``, the TOTAL bits of one message (bits per
+group times the number of groups, :attr:`Layout.total_bits`), not on ``sigma``.
+:meth:`DPRECCodec.epsilon`, :meth:`DPRECCodec.local_epsilon` and :meth:`DPRECCodec.accountant`
+(a round-by-round :class:`dprec.accounting.DPRECRoundAccountant`) take ``b`` from the layout of a
+template and apply the **bit-width rule**: with ``rho = T B exp(c^2)``, an overhead
+``12 rho / 2^b >= delta`` is a ValueError naming ``bits`` (epsilon is undefined), giving the
+message's ``G`` groups x bits and the smallest uniform bits per group that brings the overhead
+to at most 10% of delta (:func:`dprec.accounting.dprec_min_bits`); an overhead above 10% of
+delta warns :class:`dprec.accounting.DPRECPrivacyWarning`. These methods import
+:mod:`dprec.accounting` (SciPy) when called.
+
 Byte format (version 1)
 -----------------------
 :meth:`DPRECMessage.to_bytes` writes, little-endian:
@@ -117,7 +139,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
@@ -134,9 +156,13 @@ from ._validation import (
 )
 from .constants import DEFAULT_BITS, MAX_BITS, MAX_STREAM_ELEMENTS, MIN_BITS, NORMAL_TRANSFORM_VERSION
 
+if TYPE_CHECKING:  # dprec.accounting needs SciPy: imported lazily by the accounting methods
+    from .accounting import DPRECAccounting, DPRECRoundAccountant
+
 __all__ = [
     "DPRECCodec",
     "DPRECMessage",
+    "EncodeInfo",
     "Layout",
     "LayoutGroup",
     "DEFAULT_BITS",
@@ -170,6 +196,32 @@ BitsSpec = Union[int, Mapping]
 # --------------------------------------------------------------------------------------
 # Message
 # --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EncodeInfo:
+    """Client-side clipping diagnostics of one :meth:`DPRECCodec.encode` call.
+
+    Returned by ``encode(..., return_info=True)``. Nothing of it goes on the wire: the norm
+    is a function of the client's private update, so keep it on the client (or release it
+    only through a mechanism with its own privacy guarantee).
+
+    Attributes
+    ----------
+    norm : float
+        Global L2 norm of the update before clipping (all tensors together, float64).
+    clip_norm : float
+        The clipping bound ``C = clip_multiplier * sigma``.
+    clipped : bool
+        ``norm > clip_norm``: the update was scaled down.
+    scale : float
+        The factor applied, ``min(1, C / norm)`` (1.0 when the norm is 0).
+    """
+
+    norm: float
+    clip_norm: float
+    clipped: bool
+    scale: float
 
 
 @dataclass(frozen=True, eq=True)
@@ -710,6 +762,17 @@ class DPRECCodec:
         Kernel backend. "auto" (default) follows the data: GPU updates and templates run on
         CUDA, host ones on the CPU. Every backend decodes bit-identically.
 
+    Notes
+    -----
+    Privacy: :meth:`epsilon`, :meth:`local_epsilon` and :meth:`accountant` account a run with
+    this codec (DP-REC Algorithm 7 for clients sampled with replacement, by Poisson sampling or
+    without replacement), taking the TOTAL bits of one message from :meth:`layout` and applying
+    the bit-width rule: ``12 rho / 2^b >= delta`` (``rho = rounds * clients_per_round *
+    exp(c^2)``) raises ValueError naming ``bits`` with the groups x bits of the message and the
+    smallest bits per group that brings the overhead to at most 10% of delta; above 10% of delta
+    :class:`dprec.accounting.DPRECPrivacyWarning` is issued. ``encode(..., return_info=True)``
+    reports the clipping (:class:`EncodeInfo`), to tune ``sigma`` at a fixed ``c``.
+
     Raises
     ------
     ValueError
@@ -831,7 +894,14 @@ class DPRECCodec:
 
     # -- client ---------------------------------------------------------------------------
 
-    def encode(self, update: Any, rng: np.random.Generator | None = None, seed: int | None = None) -> DPRECMessage:
+    def encode(
+        self,
+        update: Any,
+        rng: np.random.Generator | None = None,
+        seed: int | None = None,
+        *,
+        return_info: bool = False,
+    ) -> DPRECMessage | tuple[DPRECMessage, EncodeInfo]:
         """Compress a model update.
 
         Parameters
@@ -845,30 +915,57 @@ class DPRECCodec:
         seed : int, optional
             The 64-bit candidate seed. Default: fresh from the OS entropy source. Pass it
             only for tests and reproducibility.
+        return_info : bool
+            Also return the clipping diagnostics (:class:`EncodeInfo`). The message is the
+            same either way (same bytes for the same ``seed`` and ``rng``).
 
         Returns
         -------
-        DPRECMessage
+        DPRECMessage, or (DPRECMessage, EncodeInfo) with ``return_info=True``
+
+        Notes
+        -----
+        Tuning ``sigma`` and ``c`` with :class:`EncodeInfo`. The privacy guarantee depends on
+        ``c = clip_multiplier`` (and the run: rounds, clients, sampling, delta, total bits), not
+        on ``sigma``: fix ``c`` for the target epsilon first (e.g. with
+        :func:`dprec.accounting.dprec_calibrate`). ``sigma`` then sets both the clipping bound
+        ``C = c * sigma`` and the noise of every decoded update (per coordinate ``sigma``), so
+        it trades clipping bias against noise:
+
+        * if most clients report ``clipped=True`` with a small ``scale``, ``C`` is small
+          relative to the update norms: updates are shrunk (biased towards 0). Raise ``sigma``
+          (noisier, same epsilon), or make updates smaller (learning rate, local epochs);
+        * if ``norm`` is far below ``clip_norm`` for almost every client, ``sigma`` is larger
+          than needed: lower it (less noise at the same epsilon) until a moderate share of
+          clients clips, e.g. the median norm near ``C``.
+
+        Norms are private data: look at them in a tuning run on proxy data, or collect them
+        only through a private mechanism (e.g. a DP quantile estimate), never in the clear
+        from real clients.
 
         Raises
         ------
         TypeError
-            For non-floating-point tensors or bad container keys (naming the tensor).
+            For non-floating-point tensors or bad container keys (naming the tensor), or a
+            non-bool ``return_info``.
         ValueError
             For NaN/inf or empty tensors, an empty update, tensors on different devices or
             non-contiguous GPU tensors (naming the tensor), or ``bits`` naming tensors that
             the update lacks.
         """
+        if not isinstance(return_info, (bool, np.bool_)):
+            raise TypeError(f"return_info must be a bool, got {type(return_info).__name__}")
         tree = _flatten(update, "update")
         shapes, _, device = _template_info(tree)  # device, dtype and emptiness checks; the true shapes
         layout = self._make_layout(tree.names, shapes, tree.labels)
         if _backend.resolve(self._backend, device, "update") == "cuda":
-            return self._encode_gpu(tree, layout, rng, seed)
+            msg, info = self._encode_gpu(tree, layout, rng, seed)
+            return (msg, info) if return_info else msg
         # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous copied).
         arrays = [float_array(leaf, label, check_finite=False) for leaf, label in zip(tree.leaves, tree.labels)]
         norm = _global_norm(arrays, tree.labels)
-        clip = self.clip_norm
-        scale = 1.0 if norm <= clip else clip / norm
+        info = self._clip_info(norm)
+        scale = info.scale
         seed = os_seed() if seed is None else check_seed(seed)
         gen = private_rng(rng)
         flats = [a.reshape(-1) for a in arrays]
@@ -886,20 +983,28 @@ class DPRECCodec:
             # The update was converted and checked (finite, non-empty) as a whole above.
             lg = rec._logits_validated(phi, seed, g.group, g.bits, self._sigma, scales[g.tensor], self._backend)
             indices.append(rec.sample_index(lg, rng=gen, backend=self._backend))
-        return DPRECMessage(seed=seed, bits=layout.bits, indices=tuple(indices), layout_digest=layout.digest)
+        msg = DPRECMessage(seed=seed, bits=layout.bits, indices=tuple(indices), layout_digest=layout.digest)
+        return (msg, info) if return_info else msg
+
+    def _clip_info(self, norm: float) -> EncodeInfo:
+        """The clipping of an update of global L2 norm ``norm`` (shared by the CPU and GPU paths)."""
+        clip = self.clip_norm
+        clipped = norm > clip
+        scale = clip / norm if clipped else 1.0
+        return EncodeInfo(norm=float(norm), clip_norm=clip, clipped=bool(clipped), scale=scale)
 
     def _encode_gpu(
         self, tree: _Tree, layout: Layout, rng: np.random.Generator | None, seed: int | None
-    ) -> DPRECMessage:
+    ) -> tuple[DPRECMessage, EncodeInfo]:
         """:meth:`encode` for an update on a GPU: the norm, the logits of every group and
         one batched Gumbel-max run on the device; the host waits for the norm and for the
         indices. Work runs on the stream of each tensor's framework (PyTorch's or CuPy's
-        current stream)."""
+        current stream). Returns the message and its :class:`EncodeInfo`."""
         cuda = _backend.cuda_module()
         gs = [_device.required_float_gpu_array(leaf, label) for leaf, label in zip(tree.leaves, tree.labels)]
         norm = _gpu_global_norm(gs, tree.labels)
-        clip = self.clip_norm
-        scale = 1.0 if norm <= clip else clip / norm
+        info = self._clip_info(norm)
+        scale = info.scale
         seed = os_seed() if seed is None else check_seed(seed)
         gen = private_rng(rng)
         scales = [scale] * len(gs)
@@ -924,8 +1029,113 @@ class DPRECCodec:
         # The same private draws, in the same order, as the CPU path's per-group calls.
         noise = np.concatenate([rec.gumbel_noise(k, gen) for k in ks])
         indices = cuda.gumbel_argmax(first.device, first.stream, logits.ptr, noise, offsets)
-        return DPRECMessage(
+        msg = DPRECMessage(
             seed=seed, bits=layout.bits, indices=tuple(int(i) for i in indices), layout_digest=layout.digest
+        )
+        return msg, info
+
+    # -- privacy accounting ---------------------------------------------------------------
+
+    def _accounting_layout(self, template: Any) -> Layout:
+        return template if isinstance(template, Layout) else self.layout(template)
+
+    def epsilon(
+        self,
+        template: Any,
+        *,
+        rounds: int,
+        clients_per_round: int,
+        num_clients: int,
+        delta: float,
+        sampling: str = "with_replacement",
+        reverse: str = "bound",
+    ) -> DPRECAccounting:
+        """Central (epsilon, delta) of a run with this codec (Algorithm 7, bit-width rule applied).
+
+        :func:`dprec.accounting.dprec_epsilon` with ``clip_multiplier`` this codec's and ``bits``
+        the TOTAL bits of one message, ``self.layout(template).total_bits``.
+
+        Parameters
+        ----------
+        template : array, tensor, Mapping[str, array], sequence of arrays, or Layout
+            The update's structure (values are not read), or its :class:`Layout`.
+        rounds, clients_per_round, num_clients : int
+            ``T``, ``B`` (the expected number for ``"poisson"``) and ``N``.
+        delta : float
+            Target delta in (0, 1).
+        sampling : {"with_replacement", "poisson", "without_replacement"}
+            How clients are drawn each round (see :mod:`dprec.accounting.dprec_rec`).
+        reverse : {"bound", "exact"}
+            ``"exact"`` is not available for ``"without_replacement"``.
+
+        Returns
+        -------
+        dprec.accounting.DPRECAccounting
+
+        Raises
+        ------
+        ValueError
+            For invalid parameters (named), or when the overhead ``12 rho / 2^b`` reaches delta
+            (naming ``bits``: the message's groups x bits and the smallest bits per group that
+            would do). Warns :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta.
+        """
+        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
+
+        layout = self._accounting_layout(template)
+        return dprec_rec._codec_epsilon(
+            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, rounds=rounds,
+            clients_per_round=clients_per_round, num_clients=num_clients, delta=delta, sampling=sampling,
+            reverse=reverse,
+        )
+
+    def local_epsilon(self, template: Any, *, delta: float, rounds: int = 1) -> DPRECAccounting:
+        """Local (epsilon, delta) of a client taking part in ``rounds`` rounds (no amplification).
+
+        :func:`dprec.accounting.dprec_local_epsilon` with this codec's ``clip_multiplier`` and
+        ``bits = self.layout(template).total_bits``, the bit-width rule applied with
+        ``rho = rounds exp(c^2)``.
+
+        Returns
+        -------
+        dprec.accounting.DPRECAccounting
+        """
+        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
+
+        layout = self._accounting_layout(template)
+        return dprec_rec._codec_local_epsilon(
+            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, delta=delta,
+            rounds=rounds,
+        )
+
+    def accountant(
+        self,
+        template: Any,
+        *,
+        num_clients: int,
+        clients_per_round: int,
+        delta: float,
+        sampling: str = "with_replacement",
+        rounds: int | None = None,
+        reverse: str = "bound",
+    ) -> DPRECRoundAccountant:
+        """A :class:`dprec.accounting.DPRECRoundAccountant` for a server loop using this codec.
+
+        Step it once per round (``acc.step()``, or ``acc.step(clients_per_round=k)`` when a
+        round had ``k`` clients); ``acc.epsilon`` is the guarantee so far. ``bits`` is
+        ``self.layout(template).total_bits``; with ``rounds`` (the planned total) the bit-width
+        rule is checked now, and it is checked again at every step.
+
+        Returns
+        -------
+        dprec.accounting.DPRECRoundAccountant
+        """
+        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
+
+        layout = self._accounting_layout(template)
+        return dprec_rec.DPRECRoundAccountant(
+            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, num_clients=num_clients,
+            clients_per_round=clients_per_round, delta=delta, sampling=sampling, reverse=reverse, rounds=rounds,
+            groups=layout.num_groups,
         )
 
     # -- server ---------------------------------------------------------------------------

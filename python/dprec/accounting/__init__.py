@@ -3,11 +3,15 @@
 Modules
 -------
 dprec.accounting.rdp
-    Sampled Gaussian RDP (Mironov, Talwar and Zhang 2019) and RDP -> (eps, delta) conversions
+    Sampled Gaussian RDP (Mironov, Talwar and Zhang 2019), the Gaussian on a sample drawn without
+    replacement (Wang, Balle and Kasiviswanathan 2019) and RDP -> (eps, delta) conversions
     (Mironov 2017; Balle et al. 2020 / Canonne, Kamath and Steinke 2020).
 dprec.accounting.dprec_rec
     The DP-REC accountant (Triastcyn, Reisser and Louizos, final version, Algorithm 7 and
-    Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``.
+    Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``, for
+    clients sampled with replacement (the paper's), by Poisson sampling or without replacement
+    (:data:`SAMPLING_SCHEMES`); :class:`DPRECRoundAccountant` for a server loop; the bit-width
+    rule (:class:`DPRECPrivacyWarning`, :func:`dprec_min_bits`).
 dprec.accounting.accountant
     :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
     Gaussian, DDG, Skellam, QMGeo, any RDP curve) like dp_accounting's ``RdpAccountant`` and
@@ -51,13 +55,18 @@ from .accountant import (
 from .discrete import *  # noqa: F401,F403 - re-exported, listed in __all__ below
 from .dprec_rec import (
     DPREC_DEFAULT_ORDERS,
+    OVERHEAD_WARN_FRACTION,
     REVERSE_METHODS,
+    SAMPLING_SCHEMES,
     DPRECAccounting,
+    DPRECPrivacyWarning,
+    DPRECRoundAccountant,
     dprec_calibrate,
     dprec_delta,
     dprec_epsilon,
     dprec_forward_rdp,
     dprec_local_epsilon,
+    dprec_min_bits,
     dprec_overhead,
     dprec_reverse_rdp,
 )
@@ -70,6 +79,7 @@ from .rdp import (
     rdp_to_delta,
     rdp_to_epsilon,
     sampled_gaussian_rdp,
+    sampled_gaussian_rdp_without_replacement,
 )
 
 __all__ = [
@@ -78,10 +88,14 @@ __all__ = [
     "DEFAULT_ORDERS",
     "DPRECAccounting",
     "DPRECEvent",
+    "DPRECPrivacyWarning",
+    "DPRECRoundAccountant",
     "DPREC_DEFAULT_ORDERS",
     "GaussianEvent",
+    "OVERHEAD_WARN_FRACTION",
     "PrivacyEvent",
     "REVERSE_METHODS",
+    "SAMPLING_SCHEMES",
     "RdpEvent",
     "SampledGaussianEvent",
     "dprec_calibrate",
@@ -89,12 +103,14 @@ __all__ = [
     "dprec_epsilon",
     "dprec_forward_rdp",
     "dprec_local_epsilon",
+    "dprec_min_bits",
     "dprec_overhead",
     "dprec_reverse_rdp",
     "epsilon_per_order",
     "rdp_to_delta",
     "rdp_to_epsilon",
     "sampled_gaussian_rdp",
+    "sampled_gaussian_rdp_without_replacement",
     "DDGEvent",
     "QMGeoEvent",
     "SkellamEvent",

@@ -19,6 +19,55 @@ order ``a = lambda + 1`` (integer, ``lambda >= 1``):
 * ``eps = min_lambda [k_lambda + m_lambda - log(delta - 12 rho / 2^b) / lambda]`` (Algorithm 7,
   last line; Theorem 1 solved for eps).
 
+Sampling schemes
+----------------
+``sampling=`` (:data:`SAMPLING_SCHEMES`) selects how clients are drawn; ``B = clients_per_round``.
+
+``"with_replacement"`` (default; the paper's)
+    ``B`` independent uniform draws from ``N`` per round: ``T B`` steps of the mixture at rate
+    ``1/N``, bounded as above. Adjacency: one client's update against a zero update (its messages
+    against draws from the prior ``p``), the add/remove-one relation the mixture encodes.
+``"poisson"``
+    Every client joins every round independently with probability ``q = B / N`` (``B`` is the
+    *expected* number): ``T`` steps, each the mixture ``(1 - q) p + q q_phi``, so
+    ``k = T * sampled Gaussian RDP at (q, noise multiplier 1/c)`` (Mironov, Talwar and Zhang
+    2019; eq. (62) at rate ``q``) and ``m`` the same bound or ``reverse="exact"``
+    (:func:`dprec_reverse_rdp` at ``q``). Same add/remove adjacency.
+``"without_replacement"``
+    Exactly ``B`` distinct clients drawn uniformly each round (what Flower's ``FedAvg`` does):
+    ``T`` steps of Wang, Balle and Kasiviswanathan's (AISTATS 2019) bound for sampling without
+    replacement, integer orders, with the Gaussian as base mechanism
+    (:func:`dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement` with noise multiplier
+    ``1/c``). Its adjacency is **replace-one** (``N`` is public, one client's update replaced by
+    any other): two clipped updates differ by up to ``2C``, so the base mechanism's RDP is
+    ``a (2C)^2 / (2 sigma^2) = 2 a c^2``, four times the add/remove one. An RDP bound under a
+    symmetric relation holds in both directions, so ``k = m`` = ``T`` times that curve;
+    ``reverse="exact"`` is not available (``ValueError`` naming ``reverse``). It is never tighter
+    than ``"poisson"`` at the same ``B / N`` (the tests check this), but it certifies a stronger
+    relation, and it is what a fixed-size sampler actually does.
+
+In every scheme ``rho = T B exp(c^2)`` (Algorithm 7 literally: one ``exp(D_2)`` per message
+sent). For ``"poisson"`` (``B`` expected) and ``"without_replacement"`` this is conservative: the
+differing client sends at most one message per round, but the overhead term is kept as the paper
+states it, counting every message.
+
+Bit-width rule
+--------------
+The overhead ``12 rho / 2^b`` is paid out of delta whatever epsilon is, and epsilon is undefined
+once it reaches delta. ``b`` is the TOTAL bits of one message: bits per group times the number
+of groups ``G`` (``DPRECCodec.layout(template).total_bits``). :meth:`dprec.codec.DPRECCodec.epsilon`,
+:meth:`~dprec.codec.DPRECCodec.local_epsilon` and :class:`DPRECRoundAccountant` apply this rule:
+
+* overhead ``>= delta``: ``ValueError`` naming ``bits``, with ``G`` x bits = ``b`` and the smallest
+  uniform bits per group (:func:`dprec_min_bits`) that brings the overhead to at most 10% of delta;
+* overhead ``> 10%`` of delta: :class:`DPRECPrivacyWarning` (a ``UserWarning``), since a
+  noticeable part of delta is spent on compression rather than on the guarantee.
+
+The round accountant checks a planned number of ``rounds`` when it is built, and every
+:meth:`DPRECRoundAccountant.step`; a step that would reach delta raises and composes nothing.
+:func:`dprec_epsilon` itself raises when the overhead reaches delta (naming ``bits`` as the
+total) and does not warn; its result carries ``overhead``.
+
 Which variant reproduces the paper
 ----------------------------------
 ``reverse="bound"`` (``k + m = 2k``) with the overhead omitted (``bits=None``) reproduces every
@@ -40,12 +89,15 @@ Forward: the binomial sum of ``A_a - 1`` has only non-negative terms (see
 :mod:`dprec.accounting.rdp`), so it is exact to rounding even at ``q = 1/N = 3e-6``.
 Everything is vectorised over orders; one call for ``T B = 4e5`` steps and 256 orders takes a
 few milliseconds (``bench/bench_accounting.py``), because all steps are identical and compose
-by multiplication.
+by multiplication. The round accountant keeps one curve per distinct ``B`` and composes by
+multiplying each by its count, so ``T`` rounds of a constant ``B`` give exactly
+:func:`dprec_epsilon`'s numbers.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -62,18 +114,23 @@ from ._checks import (
     check_positive,
     check_probability,
 )
-from .rdp import sampled_gaussian_rdp
+from .rdp import sampled_gaussian_rdp, sampled_gaussian_rdp_without_replacement
 
 __all__ = [
     "DPREC_DEFAULT_ORDERS",
     "DPRECAccounting",
+    "DPRECPrivacyWarning",
+    "DPRECRoundAccountant",
     "EXACT_REVERSE_MAX_CLIP",
+    "OVERHEAD_WARN_FRACTION",
     "REVERSE_METHODS",
+    "SAMPLING_SCHEMES",
     "dprec_calibrate",
     "dprec_delta",
     "dprec_epsilon",
     "dprec_forward_rdp",
     "dprec_local_epsilon",
+    "dprec_min_bits",
     "dprec_overhead",
     "dprec_reverse_rdp",
 ]
@@ -82,6 +139,22 @@ __all__ = [
 DPREC_DEFAULT_ORDERS: np.ndarray = np.arange(2.0, 258.0)
 
 REVERSE_METHODS = ("bound", "exact")
+
+#: How clients are sampled each round (see the module docstring).
+SAMPLING_SCHEMES = ("with_replacement", "poisson", "without_replacement")
+
+#: The bit-width rule warns when the overhead ``12 rho / 2^b`` exceeds this fraction of delta.
+OVERHEAD_WARN_FRACTION = 0.1
+
+
+class DPRECPrivacyWarning(UserWarning):
+    """The DP-REC overhead ``12 rho / 2^b`` uses more than 10% of delta (the bit-width rule).
+
+    The guarantee is still valid; the message names the bits per group that would bring the
+    overhead below 10% of delta. Silence it with ``warnings.filterwarnings("ignore",
+    category=DPRECPrivacyWarning)`` or make it an error with ``"error"``.
+    """
+
 
 # Trapezoid grid for the exact reverse divergence: u in [-_GRID_HALF_WIDTH, _GRID_HALF_WIDTH];
 # the standard normal density underflows to 0 beyond |u| ~ 38.6, so nothing is cut off.
@@ -202,8 +275,9 @@ def dprec_reverse_rdp(
 def dprec_overhead(steps: int, clip_multiplier: float, bits: int) -> float:
     """The importance-sampling overhead ``12 rho / 2^b`` of Algorithm 7 / Theorem 1.
 
-    ``rho = steps * exp(D_2(q || p)) = steps * exp(c^2)`` (eq. (57) at order 2), ``b`` the total bits
-    of one client message; the constant 12 is from the importance-sampling bound eq. (4)
+    ``rho = steps * exp(D_2(q || p)) = steps * exp(c^2)`` (eq. (57) at order 2) with ``steps`` the
+    client messages sent (``T * B`` in every sampling scheme), ``b`` the TOTAL bits of one client
+    message (bits per group times groups); the constant 12 is from the importance-sampling bound eq. (4)
     (Agapiou et al. 2017). This amount of delta is spent whatever epsilon is.
     """
     steps = check_count(steps, "steps")
@@ -229,14 +303,23 @@ class DPRECAccounting:
     overhead : float
         ``12 rho / 2^b`` (0 when ``bits`` is None, i.e. omitted).
     rho : float
-        ``steps * exp(c^2)``.
+        ``messages * exp(c^2)``.
     steps : int
-        Composed steps, ``T * B`` (``rounds`` for the local guarantee).
+        Composed steps: ``T * B`` for ``"with_replacement"``, ``T`` for ``"poisson"`` and
+        ``"without_replacement"``, ``rounds`` for the local guarantee.
     sampling_rate : float
-        ``1/N`` (1 for the local guarantee).
+        Rate of one step: ``1/N`` (with replacement), ``B/N`` (the others; the average
+        ``sum B / (T N)`` when a round accountant saw several ``B``), 1 for the local guarantee.
     bits : int or None
-    reverse : str
+        Total bits of one message.
+    reverse_method : str
         ``"bound"`` or ``"exact"``.
+    sampling : str or None
+        One of :data:`SAMPLING_SCHEMES`; None for the local guarantee.
+    messages : int or None
+        Client messages counted in ``rho``: ``sum over rounds of B`` (``rounds`` for the local guarantee).
+    rounds : int or None
+        Rounds composed.
     """
 
     epsilon: float
@@ -251,34 +334,219 @@ class DPRECAccounting:
     sampling_rate: float
     bits: Optional[int]
     reverse_method: str
+    sampling: Optional[str] = "with_replacement"
+    messages: Optional[int] = None
+    rounds: Optional[int] = None
 
 
-def _curves(c: float, q: float, steps: int, alphas: np.ndarray, reverse: str) -> tuple[np.ndarray, np.ndarray]:
-    forward = steps * sampled_gaussian_rdp(q, 1.0 / c, alphas)
+# --------------------------------------------------------------------------------------
+# Validation and the bit-width rule
+# --------------------------------------------------------------------------------------
+
+
+def _check_sampling(sampling: Any) -> str:
+    if not isinstance(sampling, str) or sampling not in SAMPLING_SCHEMES:
+        raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}, got {sampling!r}")
+    return sampling
+
+
+def _check_reverse_for(reverse: Any, sampling: str) -> str:
+    reverse = _check_reverse(reverse)
+    if reverse == "exact" and sampling == "without_replacement":
+        raise ValueError(
+            "reverse='exact' is not available for sampling='without_replacement': its curve is a "
+            "replace-one RDP bound that holds in both directions, which reverse='bound' uses for both"
+        )
+    return reverse
+
+
+def _check_clients(b: int, n: int, sampling: str, name: str = "clients_per_round") -> None:
+    if sampling != "with_replacement" and b > n:
+        raise ValueError(f"{name} must be <= num_clients ({n}) for sampling={sampling!r}, got {b}")
+
+
+def _log_overhead(messages: int, c: float, bits: float) -> float:
+    return math.log(12.0) + math.log(messages) + c * c - bits * math.log(2.0)
+
+
+def dprec_min_bits(
+    *, messages: int, clip_multiplier: float, delta: float, groups: int = 1, fraction: float = OVERHEAD_WARN_FRACTION
+) -> int:
+    """Smallest uniform bits per group that keep the DP-REC overhead at most ``fraction * delta``.
+
+    The overhead is ``12 rho / 2^b`` with ``rho = messages * exp(c^2)`` and ``b = groups * bits``
+    (Algorithm 7); the result is the smallest integer ``k >= 1`` with
+    ``12 * messages * exp(c^2) / 2^(groups * k) <= fraction * delta``.
+
+    Parameters
+    ----------
+    messages : int
+        Client messages over the whole run, ``rounds * clients_per_round`` (``rounds`` for the
+        local guarantee).
+    clip_multiplier : float
+        ``c = C / sigma``.
+    delta : float
+        Target delta in (0, 1).
+    groups : int
+        Groups per message (``DPRECCodec.layout(template).num_groups``); 1 gives total bits.
+    fraction : float
+        In (0, 1): the share of delta the overhead may use (default 0.1, the bit-width rule).
+
+    Returns
+    -------
+    int
+        Bits per group. It may exceed the codec's limit of 24 per group; then more groups
+        (``max_group_size``) are needed.
+    """
+    m = check_count(messages, "messages")
+    c = check_positive(clip_multiplier, "clip_multiplier")
+    delta = check_delta(delta)
+    g = check_count(groups, "groups")
+    f = check_positive(fraction, "fraction")
+    if f >= 1.0:
+        raise ValueError(f"fraction must be in (0, 1), got {f!r}")
+    target = math.log(f * delta)
+    k = max(1, math.ceil((_log_overhead(m, c, 0.0) - target) / (g * math.log(2.0))))
+    # Settle rounding at the boundary with the exact comparison used everywhere else.
+    while _log_overhead(m, c, g * k) > target:
+        k += 1
+    while k > 1 and _log_overhead(m, c, g * (k - 1)) <= target:
+        k -= 1
+    return k
+
+
+def _describe_bits(bits: int, groups: Optional[int]) -> str:
+    if groups is None:
+        return f"bits={bits} total bits"
+    if bits % groups == 0:
+        return f"the message has {groups} groups x {bits // groups} bits = {bits} total bits"
+    return f"the message has {groups} groups with {bits} total bits"
+
+
+def _advice(messages: int, c: float, delta: float, groups: Optional[int]) -> str:
+    from ..constants import MAX_BITS  # noqa: PLC0415 - the codec's per-group limit
+
+    if groups is None:
+        need = dprec_min_bits(messages=messages, clip_multiplier=c, delta=delta)
+        return f"at least {need} total bits bring the overhead to <= 10% of delta"
+    k = dprec_min_bits(messages=messages, clip_multiplier=c, delta=delta, groups=groups)
+    text = f"use at least {k} bits per group ({groups} x {k} = {groups * k} total bits) to bring it to <= 10% of delta"
+    if k > MAX_BITS:
+        least = dprec_min_bits(messages=messages, clip_multiplier=c, delta=delta)
+        text += (
+            f"; a group has at most {MAX_BITS} bits, so split the update into more groups "
+            f"(max_group_size): at least {-(-least // MAX_BITS)} groups of {MAX_BITS} bits"
+        )
+    return text
+
+
+def _overhead_text(overhead: float, delta: float, messages: int, c: float, bits: int) -> str:
+    ratio = overhead / delta
+    how = f"{ratio:.3g} times delta" if ratio >= 1.0 else f"{100.0 * ratio:.3g}% of delta"
+    return (
+        f"the DP-REC overhead 12*rho/2^b = 12 * {messages} * exp({c:.4g}^2) / 2^{bits} = {overhead:.3g} "
+        f"is {how}={delta:.3g}"
+    )
+
+
+def _bits_error(
+    overhead: float, delta: float, messages: int, c: float, bits: int, groups: Optional[int]
+) -> ValueError:
+    what = _overhead_text(overhead, delta, messages, c, bits)
+    if groups is None:
+        return ValueError(
+            f"bits={bits} is too few: `bits` is the TOTAL bits of one client message (bits per group x "
+            "number of groups, i.e. DPRECCodec.layout(template).total_bits; the codec's epsilon(template, ...) "
+            f"and accountant(template, ...) fill it in). With it {what}, and Algorithm 7 needs "
+            f"delta > 12*rho/2^b (it takes log(delta - 12*rho/2^b)); {_advice(messages, c, delta, None)}, "
+            "or use fewer messages (rounds x clients_per_round), a smaller clip_multiplier or a larger delta"
+        )
+    return ValueError(
+        f"bits: {_describe_bits(bits, groups)}, too few for {messages} messages: {what}, and Algorithm 7 "
+        f"needs delta > 12*rho/2^b; {_advice(messages, c, delta, groups)} (or use fewer messages, a smaller "
+        "clip_multiplier or a larger delta)"
+    )
+
+
+def _enforce_bit_rule(
+    *,
+    messages: int,
+    clip_multiplier: float,
+    delta: float,
+    bits: Optional[int],
+    groups: Optional[int],
+    warn: bool = True,
+    stacklevel: int = 3,
+) -> float:
+    """The bit-width rule: ValueError when the overhead reaches delta, a warning above 10%.
+
+    Returns the overhead (0 when ``bits`` is None).
+    """
+    if bits is None:
+        return 0.0
+    overhead = dprec_overhead(messages, clip_multiplier, bits)
+    if overhead >= delta:
+        raise _bits_error(overhead, delta, messages, clip_multiplier, bits, groups)
+    if warn and overhead > OVERHEAD_WARN_FRACTION * delta:
+        warnings.warn(
+            f"{_overhead_text(overhead, delta, messages, clip_multiplier, bits)} (more than 10%; it is "
+            f"subtracted from delta before epsilon is computed): {_describe_bits(bits, groups)}; "
+            f"{_advice(messages, clip_multiplier, delta, groups)}",
+            DPRECPrivacyWarning,
+            stacklevel=stacklevel,
+        )
+    return overhead
+
+
+# --------------------------------------------------------------------------------------
+# Curves and the final minimisation
+# --------------------------------------------------------------------------------------
+
+
+def _round_unit(sampling: str, b: int, n: int) -> tuple[float, int]:
+    """Sampling rate of one step and steps per round."""
+    if sampling == "with_replacement":
+        return 1.0 / n, b
+    return b / n, 1
+
+
+def _step_curves(
+    c: float, b: int, n: int, alphas: np.ndarray, sampling: str, reverse: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and reverse RDP of one (uncomposed) step of the scheme."""
+    if sampling == "without_replacement":
+        curve = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, alphas)
+        return curve, curve.copy()
+    q, _ = _round_unit(sampling, b, n)
+    forward = sampled_gaussian_rdp(q, 1.0 / c, alphas)
     if reverse == "bound":
         return forward, forward.copy()
-    return forward, steps * dprec_reverse_rdp(c, q, alphas, reverse="exact")
+    return forward, dprec_reverse_rdp(c, q, alphas, reverse="exact")
 
 
 def _overhead_or_zero(steps: int, c: float, bits: Optional[int]) -> float:
     return 0.0 if bits is None else dprec_overhead(steps, c, bits)
 
 
-def _effective_log_delta(delta: float, overhead: float, bits: Optional[int]) -> float:
+def _result(
+    forward: np.ndarray,
+    rev: np.ndarray,
+    alphas: np.ndarray,
+    *,
+    c: float,
+    delta: float,
+    bits: Optional[int],
+    messages: int,
+    steps: int,
+    q: float,
+    reverse: str,
+    sampling: Optional[str],
+    rounds: int,
+) -> DPRECAccounting:
+    overhead = _overhead_or_zero(messages, c, bits)
     if overhead >= delta:
-        raise ValueError(
-            f"delta={delta:.6g} must exceed the DP-REC overhead 12*rho/2^b = {overhead:.6g} (bits={bits}): "
-            "Algorithm 7 needs log(delta - 12*rho/2^b); use more bits per message, fewer steps, "
-            "a smaller clip_multiplier or a larger delta"
-        )
-    return math.log(delta - overhead)
-
-
-def _account(c: float, q: float, steps: int, delta: float, bits: Optional[int], alphas: np.ndarray, reverse: str):
-    forward, rev = _curves(c, q, steps, alphas, reverse)
-    overhead = _overhead_or_zero(steps, c, bits)
-    log_delta = _effective_log_delta(delta, overhead, bits)
-    eps_per_order = forward + rev - log_delta / (alphas - 1.0)
+        raise _bits_error(overhead, delta, messages, c, bits, None)  # type: ignore[arg-type]
+    eps_per_order = forward + rev - math.log(delta - overhead) / (alphas - 1.0)
     best = int(np.argmin(eps_per_order))
     return DPRECAccounting(
         epsilon=float(eps_per_order[best]),
@@ -288,19 +556,40 @@ def _account(c: float, q: float, steps: int, delta: float, bits: Optional[int], 
         forward=float(forward[best]),
         reverse=float(rev[best]),
         overhead=overhead,
-        rho=steps * math.exp(min(c * c, 700.0)),
+        rho=messages * math.exp(min(c * c, 700.0)),
         steps=steps,
         sampling_rate=q,
         bits=bits,
         reverse_method=reverse,
+        sampling=sampling,
+        messages=messages,
+        rounds=rounds,
     )
 
 
-def _central_inputs(rounds: Any, clients_per_round: Any, num_clients: Any) -> tuple[int, float]:
+def _central(
+    c: float, t: int, b: int, n: int, alphas: np.ndarray, sampling: str, reverse: str
+) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Composed forward and reverse curves of ``t`` rounds, the step count and the step rate."""
+    q, per_round = _round_unit(sampling, b, n)
+    steps = t * per_round
+    f_unit, r_unit = _step_curves(c, b, n, alphas, sampling, reverse)
+    return steps * f_unit, steps * r_unit, steps, q
+
+
+def _central_inputs(
+    rounds: Any, clients_per_round: Any, num_clients: Any, sampling: Any, reverse: Any
+) -> tuple[int, int, int, str, str]:
     t = check_count(rounds, "rounds")
     b = check_count(clients_per_round, "clients_per_round")
     n = check_count(num_clients, "num_clients")
-    return t * b, 1.0 / n
+    sampling = _check_sampling(sampling)
+    _check_clients(b, n, sampling)
+    return t, b, n, sampling, _check_reverse_for(reverse, sampling)
+
+
+def _orders(orders: Any) -> np.ndarray:
+    return check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
 
 
 def dprec_epsilon(
@@ -313,42 +602,64 @@ def dprec_epsilon(
     bits: Optional[int],
     reverse: str = "bound",
     orders: Any = None,
+    sampling: str = "with_replacement",
 ) -> DPRECAccounting:
     """Central (eps, delta) of DP-REC after ``rounds`` rounds (final paper, Algorithm 7 / Theorem 1).
 
-    ``rounds * clients_per_round`` steps at sampling rate ``1/num_clients`` (sampling with
-    replacement, Appendix C.2), ``eps = min_lambda [k + m - log(delta - 12 rho / 2^b) / lambda]``.
+    ``eps = min_lambda [k + m - log(delta - 12 rho / 2^b) / lambda]`` with ``rho = T B exp(c^2)``
+    and ``k``, ``m`` by the sampling scheme (see :mod:`dprec.accounting.dprec_rec`):
+
+    * ``"with_replacement"`` (the paper's): ``T B`` steps of the mixture at rate ``1/N``
+      (eq. (62)), add/remove-one client (against a zero update);
+    * ``"poisson"``: ``T`` steps of the mixture at rate ``q = B/N`` (Poisson sampling, ``B``
+      expected clients), sampled Gaussian RDP at noise multiplier ``1/c`` (Mironov, Talwar and
+      Zhang 2019); the same adjacency;
+    * ``"without_replacement"``: ``T`` steps of Wang, Balle and Kasiviswanathan's (2019) bound for
+      ``B`` of ``N`` drawn without replacement, Gaussian base mechanism with replace-one
+      sensitivity ``2C`` (:func:`~dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement`
+      at noise multiplier ``1/c``), used for both ``k`` and ``m``; replace-one adjacency.
 
     Parameters
     ----------
     rounds, clients_per_round, num_clients : int
-        ``T``, ``B`` (clients drawn per round, with replacement) and ``N``.
+        ``T``, ``B`` (clients per round; the expected number for ``"poisson"``) and ``N``.
     clip_multiplier : float
         ``c = C / sigma``.
     delta : float
         Target delta in (0, 1); the paper uses ``num_clients ** -1.1``.
     bits : int or None
-        Total bits ``b`` of one client message (e.g. 7 per group times the number of groups).
-        ``None`` omits the overhead ``12 rho / 2^b``, as the paper's reported numbers do; the
+        TOTAL bits ``b`` of one client message: bits per group times the number of groups
+        (``DPRECCodec.layout(template).total_bits``; :meth:`dprec.codec.DPRECCodec.epsilon` fills it
+        in). ``None`` omits the overhead ``12 rho / 2^b``, as the paper's reported numbers do; the
         result is then only valid when that term is negligible against ``delta``.
     reverse : {"bound", "exact"}
         How ``m`` is obtained (see :func:`dprec_reverse_rdp`); ``"bound"`` reproduces the paper.
+        ``"exact"`` is not available for ``"without_replacement"``.
     orders : sequence of int, optional
         Integer orders ``a = lambda + 1 >= 2``; default ``2 .. 257``.
+    sampling : {"with_replacement", "poisson", "without_replacement"}
+        How clients are drawn each round.
 
     Raises
     ------
     ValueError
-        For invalid parameters, and when ``delta <= 12 rho / 2^b``.
+        For invalid parameters (named), ``clients_per_round > num_clients`` outside
+        ``"with_replacement"``, and when ``delta <= 12 rho / 2^b`` (naming ``bits``, with the
+        total bits that would do).
     """
-    steps, q = _central_inputs(rounds, clients_per_round, num_clients)
+    t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     c = check_positive(clip_multiplier, "clip_multiplier")
     delta = check_delta(delta)
     if bits is not None:
         bits = check_bits(bits)
-    reverse = _check_reverse(reverse)
-    alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
-    return _account(c, q, steps, delta, bits, alphas, reverse)
+    alphas = _orders(orders)
+    if bits is not None:
+        _enforce_bit_rule(messages=t * b, clip_multiplier=c, delta=delta, bits=bits, groups=None, warn=False)
+    forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
+    return _result(
+        forward, rev, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
+        sampling=sampling, rounds=t,
+    )
 
 
 def dprec_local_epsilon(
@@ -363,15 +674,21 @@ def dprec_local_epsilon(
 
     Theorem 1 with ``c_lambda = lambda c^2 / 2`` (eq. (57), both directions equal for Gaussians
     of equal variance) composed over the ``rounds`` in which the client took part:
-    ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``.
+    ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``,
+    ``rho = rounds exp(c^2)``, ``bits`` the TOTAL bits of one message.
     """
     steps = check_count(rounds, "rounds")
     c = check_positive(clip_multiplier, "clip_multiplier")
     delta = check_delta(delta)
     if bits is not None:
         bits = check_bits(bits)
-    alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
-    return _account(c, 1.0, steps, delta, bits, alphas, "exact")
+    alphas = _orders(orders)
+    forward = steps * sampled_gaussian_rdp(1.0, 1.0 / c, alphas)
+    rev = steps * dprec_reverse_rdp(c, 1.0, alphas, reverse="exact")
+    return _result(
+        forward, rev, alphas, c=c, delta=delta, bits=bits, messages=steps, steps=steps, q=1.0, reverse="exact",
+        sampling=None, rounds=steps,
+    )
 
 
 def dprec_delta(
@@ -384,22 +701,24 @@ def dprec_delta(
     bits: Optional[int],
     reverse: str = "bound",
     orders: Any = None,
+    sampling: str = "with_replacement",
 ) -> tuple[float, float]:
     """Delta for a given epsilon: Theorem 1, ``min_lambda exp(lambda (k + m - eps)) + 12 rho / 2^b``.
 
-    Returns ``(delta, order)`` with ``delta`` capped at 1 and ``order = lambda + 1``.
+    ``k``, ``m`` and ``rho`` by the sampling scheme, as in :func:`dprec_epsilon` (``bits`` is the
+    TOTAL bits of one message). Returns ``(delta, order)`` with ``delta`` capped at 1 and
+    ``order = lambda + 1``.
     """
-    steps, q = _central_inputs(rounds, clients_per_round, num_clients)
+    t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     c = check_positive(clip_multiplier, "clip_multiplier")
     eps = check_epsilon(epsilon)
     if bits is not None:
         bits = check_bits(bits)
-    reverse = _check_reverse(reverse)
-    alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
-    forward, rev = _curves(c, q, steps, alphas, reverse)
+    alphas = _orders(orders)
+    forward, rev, _, _ = _central(c, t, b, n, alphas, sampling, reverse)
     log_delta = (alphas - 1.0) * (forward + rev - eps)
     best = int(np.argmin(log_delta))
-    delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(steps, c, bits)
+    delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(t * b, c, bits)
     return min(1.0, delta), float(alphas[best])
 
 
@@ -414,12 +733,14 @@ def dprec_calibrate(
     reverse: str = "bound",
     orders: Any = None,
     rtol: float = 1e-10,
+    sampling: str = "with_replacement",
 ) -> float:
     """The clip multiplier ``c = C / sigma`` at which :func:`dprec_epsilon` equals ``target_epsilon``.
 
-    Epsilon increases with ``c`` (every term of Algorithm 7 does), so the root is unique; it is
-    found by Brent's method on ``[1e-6, c_max]`` where ``c_max`` is doubled until epsilon exceeds
-    the target (or the overhead reaches delta, beyond which epsilon is undefined).
+    Same parameters as :func:`dprec_epsilon` (``bits`` the TOTAL bits of one message, ``sampling``
+    the scheme). Epsilon increases with ``c`` (every term of Algorithm 7 does), so the root is
+    unique; it is found by Brent's method on ``[1e-6, c_max]`` where ``c_max`` is doubled until
+    epsilon exceeds the target (or the overhead reaches delta, beyond which epsilon is undefined).
 
     Raises
     ------
@@ -429,23 +750,29 @@ def dprec_calibrate(
         ``12 rho / 2^b`` uses up ``delta``.
     """
     eps_target = check_positive(target_epsilon, "target_epsilon")
-    steps, q = _central_inputs(rounds, clients_per_round, num_clients)
+    t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     delta = check_delta(delta)
     if bits is not None:
         bits = check_bits(bits)
-    reverse = _check_reverse(reverse)
-    alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
+    alphas = _orders(orders)
     rtol = check_positive(rtol, "rtol")
+    messages = t * b
+
+    def account(c: float) -> DPRECAccounting:
+        forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
+        return _result(
+            forward, rev, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q,
+            reverse=reverse, sampling=sampling, rounds=t,
+        )
 
     def excess(c: float) -> float:
-        overhead = _overhead_or_zero(steps, c, bits)
-        if overhead >= delta:
+        if _overhead_or_zero(messages, c, bits) >= delta:
             return math.inf
-        return _account(c, q, steps, delta, bits, alphas, reverse).epsilon - eps_target
+        return account(c).epsilon - eps_target
 
     lo = 1e-6
     if excess(lo) >= 0.0:
-        floor = _account(lo, q, steps, delta, bits, alphas, reverse).epsilon
+        floor = account(lo).epsilon
         raise ValueError(
             f"target_epsilon={eps_target:g} is below {floor:.6g}, the smallest epsilon these orders can "
             f"certify at delta={delta:g} (log(1/delta)/lambda_max); add larger orders or raise the target"
@@ -470,7 +797,272 @@ def dprec_calibrate(
         else:
             raise ValueError(
                 f"target_epsilon={eps_target:g} is not reachable: the overhead 12*rho/2^b reaches "
-                f"delta={delta:g} first (bits={bits})"
+                f"delta={delta:g} first (bits={bits} total bits)"
             )
         lo = good
     return float(brentq(excess, lo, hi, rtol=rtol, xtol=1e-14))
+
+
+# --------------------------------------------------------------------------------------
+# Round-by-round accountant
+# --------------------------------------------------------------------------------------
+
+
+class DPRECRoundAccountant:
+    """DP-REC privacy accountant stepped once per federated round (a server loop's companion).
+
+    Composes the scheme's per-round curves as rounds happen; the number of clients may change
+    from round to round (one curve per distinct ``B``, each multiplied by its count, ``rho`` the
+    sum of all ``B``). ``T`` rounds of a constant ``B`` give exactly :func:`dprec_epsilon`'s result.
+    Applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`): a planned ``rounds`` is
+    checked here, and every :meth:`step` before it composes::
+
+        acc = codec.accountant(template, num_clients=100, clients_per_round=10, delta=1e-5,
+                               sampling="without_replacement", rounds=500)
+        for t in range(500):
+            ...  # sample 10 clients, aggregate their messages
+            acc.step()
+        print(acc.epsilon)
+
+    Parameters
+    ----------
+    clip_multiplier : float
+        ``c = C / sigma``.
+    bits : int or None
+        TOTAL bits of one client message (``None`` omits the overhead, as the paper's numbers do).
+    num_clients : int
+        ``N``.
+    clients_per_round : int
+        Default ``B`` of :meth:`step` (the expected number for ``"poisson"``).
+    delta : float
+        Target delta in (0, 1).
+    sampling : {"with_replacement", "poisson", "without_replacement"}
+    reverse : {"bound", "exact"}
+        ``"exact"`` is not available for ``"without_replacement"``.
+    rounds : int, optional
+        The planned number of rounds: the bit-width rule is checked for it now.
+    groups : int, optional
+        Groups per message, for the error and warning messages (bits per group).
+    orders : sequence of int, optional
+        Integer Renyi orders; default :data:`DPREC_DEFAULT_ORDERS`.
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters (named), and, with ``rounds``, when the planned run's overhead
+        reaches delta (naming ``bits``). Warns :class:`DPRECPrivacyWarning` above 10% of delta.
+    """
+
+    def __init__(
+        self,
+        *,
+        clip_multiplier: float,
+        bits: Optional[int],
+        num_clients: int,
+        clients_per_round: int,
+        delta: float,
+        sampling: str = "with_replacement",
+        reverse: str = "bound",
+        rounds: Optional[int] = None,
+        groups: Optional[int] = None,
+        orders: Any = None,
+    ) -> None:
+        self._c = check_positive(clip_multiplier, "clip_multiplier")
+        self._bits = None if bits is None else check_bits(bits)
+        self._n = check_count(num_clients, "num_clients")
+        self._b = check_count(clients_per_round, "clients_per_round")
+        self._delta = check_delta(delta)
+        self._sampling = _check_sampling(sampling)
+        _check_clients(self._b, self._n, self._sampling)
+        self._reverse = _check_reverse_for(reverse, self._sampling)
+        self._groups = None if groups is None else check_count(groups, "groups")
+        if self._groups is not None and self._bits is not None and self._groups > self._bits:
+            raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {groups} > {bits}")
+        self._alphas = _orders(orders)
+        self._planned = None if rounds is None else check_count(rounds, "rounds")
+        if self._reverse == "exact":
+            # The exact reverse term has a limit on c: fail now rather than at the first step.
+            dprec_reverse_rdp(self._c, 0.5, [2.0], reverse="exact")
+        self._units: dict[int, int] = {}
+        self._curves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._sizes: set[int] = set()
+        self._rounds = 0
+        self._messages = 0
+        self._accounting: Optional[DPRECAccounting] = None
+        self._warned = False
+        if self._planned is not None:
+            self._check_bits(self._planned * self._b, stacklevel=4)
+
+    def _check_bits(self, messages: int, stacklevel: int) -> None:
+        overhead = _enforce_bit_rule(
+            messages=messages, clip_multiplier=self._c, delta=self._delta, bits=self._bits, groups=self._groups,
+            warn=not self._warned, stacklevel=stacklevel,
+        )
+        if overhead > OVERHEAD_WARN_FRACTION * self._delta:
+            self._warned = True
+
+    def step(self, clients_per_round: Optional[int] = None, rounds: int = 1) -> DPRECAccounting:
+        """Compose ``rounds`` rounds of ``clients_per_round`` clients; return the accounting so far.
+
+        Parameters
+        ----------
+        clients_per_round : int, optional
+            ``B`` of these rounds (the expected number for ``"poisson"``); default the
+            constructor's.
+        rounds : int
+            How many such rounds (default 1).
+
+        Raises
+        ------
+        ValueError
+            For invalid parameters, or when these rounds would bring the overhead
+            ``12 rho / 2^b`` to delta (naming ``bits``); then nothing is composed. Warns
+            :class:`DPRECPrivacyWarning` when the overhead first exceeds 10% of delta.
+        """
+        b = self._b if clients_per_round is None else check_count(clients_per_round, "clients_per_round")
+        _check_clients(b, self._n, self._sampling)
+        r = check_count(rounds, "rounds")
+        messages = self._messages + r * b
+        self._check_bits(messages, stacklevel=4)
+        key = 0 if self._sampling == "with_replacement" else b  # with replacement: one curve for every B
+        if key not in self._curves:
+            self._curves[key] = _step_curves(self._c, b, self._n, self._alphas, self._sampling, self._reverse)
+        units = dict(self._units)
+        units[key] = units.get(key, 0) + r * _round_unit(self._sampling, b, self._n)[1]
+        sizes = self._sizes | {b}
+        total_rounds = self._rounds + r
+        forward: Optional[np.ndarray] = None
+        rev: Optional[np.ndarray] = None
+        for k in sorted(units):
+            f_unit, r_unit = self._curves[k]
+            f, rv = units[k] * f_unit, units[k] * r_unit
+            forward = f if forward is None else forward + f
+            rev = rv if rev is None else rev + rv
+        assert forward is not None and rev is not None
+        if self._sampling == "with_replacement":
+            q = 1.0 / self._n
+        elif len(sizes) == 1:
+            q = b / self._n
+        else:
+            q = messages / (total_rounds * self._n)
+        result = _result(
+            forward, rev, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages,
+            steps=sum(units.values()), q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
+        )
+        self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
+        self._accounting = result
+        return result
+
+    @property
+    def epsilon(self) -> float:
+        """Epsilon so far (0.0 before any round)."""
+        return 0.0 if self._accounting is None else self._accounting.epsilon
+
+    @property
+    def accounting(self) -> Optional[DPRECAccounting]:
+        """The full :class:`DPRECAccounting` so far (None before any round)."""
+        return self._accounting
+
+    @property
+    def rounds(self) -> int:
+        """Rounds composed so far."""
+        return self._rounds
+
+    @property
+    def planned_rounds(self) -> Optional[int]:
+        """The ``rounds`` given to the constructor (None if none)."""
+        return self._planned
+
+    @property
+    def messages(self) -> int:
+        """Client messages so far (sum of ``B`` over rounds), the ``rho`` count."""
+        return self._messages
+
+    @property
+    def overhead(self) -> float:
+        """The overhead ``12 rho / 2^b`` so far (0 before any round or when ``bits`` is None)."""
+        if self._bits is None or self._messages == 0:
+            return 0.0
+        return dprec_overhead(self._messages, self._c, self._bits)
+
+    @property
+    def delta(self) -> float:
+        """Target delta."""
+        return self._delta
+
+    @property
+    def sampling(self) -> str:
+        """The sampling scheme."""
+        return self._sampling
+
+    @property
+    def reverse(self) -> str:
+        """How the reverse term is obtained."""
+        return self._reverse
+
+    @property
+    def num_clients(self) -> int:
+        """``N``."""
+        return self._n
+
+    @property
+    def clients_per_round(self) -> int:
+        """Default ``B`` of :meth:`step`."""
+        return self._b
+
+    @property
+    def clip_multiplier(self) -> float:
+        """``c = C / sigma``."""
+        return self._c
+
+    @property
+    def bits(self) -> Optional[int]:
+        """TOTAL bits of one message (None: overhead omitted)."""
+        return self._bits
+
+    @property
+    def groups(self) -> Optional[int]:
+        """Groups per message, if given."""
+        return self._groups
+
+    def __repr__(self) -> str:
+        return (
+            f"DPRECRoundAccountant(sampling={self._sampling!r}, num_clients={self._n}, "
+            f"clients_per_round={self._b}, clip_multiplier={self._c!r}, bits={self._bits}, delta={self._delta!r}, "
+            f"rounds={self._rounds}, epsilon={self.epsilon:.6g})"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Entry points for dprec.codec (bits from a layout, the bit-width rule applied)
+# --------------------------------------------------------------------------------------
+
+
+def _codec_epsilon(
+    *,
+    clip_multiplier: float,
+    bits: int,
+    groups: int,
+    rounds: Any,
+    clients_per_round: Any,
+    num_clients: Any,
+    delta: Any,
+    sampling: Any,
+    reverse: Any,
+) -> DPRECAccounting:
+    t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
+    delta = check_delta(delta)
+    _enforce_bit_rule(
+        messages=t * b, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4
+    )
+    return dprec_epsilon(
+        rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=clip_multiplier, delta=delta, bits=bits,
+        reverse=reverse, sampling=sampling,
+    )
+
+
+def _codec_local_epsilon(*, clip_multiplier: float, bits: int, groups: int, delta: Any, rounds: Any) -> DPRECAccounting:
+    t = check_count(rounds, "rounds")
+    delta = check_delta(delta)
+    _enforce_bit_rule(messages=t, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4)
+    return dprec_local_epsilon(clip_multiplier=clip_multiplier, delta=delta, bits=bits, rounds=t)

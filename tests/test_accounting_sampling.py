@@ -1,0 +1,359 @@
+"""DP-REC accounting under the three sampling schemes, the round accountant and the bit-width rule."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("scipy")
+
+from dprec.accounting import (  # noqa: E402 - after the SciPy check
+    SAMPLING_SCHEMES,
+    DPRECPrivacyWarning,
+    DPRECRoundAccountant,
+    dprec_calibrate,
+    dprec_delta,
+    dprec_epsilon,
+    dprec_forward_rdp,
+    dprec_min_bits,
+    dprec_overhead,
+    dprec_reverse_rdp,
+    sampled_gaussian_rdp_without_replacement,
+)
+
+ORDERS = np.array([2, 3, 4, 5, 6, 8, 11, 16, 23, 32], dtype=float)  # small: dp_accounting's WOR is O(a^3)
+
+
+def _dpa():
+    return pytest.importorskip("dp_accounting")
+
+
+def _dpa_poisson(q: float, z: float, orders) -> np.ndarray:
+    dpa = _dpa()
+    acc = dpa.rdp.RdpAccountant(orders=list(orders))
+    acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)))
+    return np.asarray(acc._rdp)  # the composed RDP curve (no public getter)
+
+
+def _dpa_wor(n: int, m: int, z: float, orders) -> np.ndarray:
+    dpa = _dpa()
+    acc = dpa.rdp.RdpAccountant(orders=list(orders), neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)))
+    return np.asarray(acc._rdp)
+
+
+def _moments_eps(curve: np.ndarray, orders: np.ndarray, delta: float) -> float:
+    """Algorithm 7's eps with k = m = curve and no overhead."""
+    return float(np.min(2.0 * curve - math.log(delta) / (orders - 1.0)))
+
+
+def test_scheme_names():
+    assert SAMPLING_SCHEMES == ("with_replacement", "poisson", "without_replacement")
+
+
+# ---------------------------------------------------------------------------------------
+# The curves against dp_accounting
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n, m, z", [(100, 10, 1.0), (1000, 10, 0.5), (3500, 100, 2.0), (50, 1, 0.3), (10**6, 100, 8.0)]
+)
+def test_without_replacement_curve_matches_dp_accounting(n, m, z):
+    orders = np.concatenate([ORDERS, [1.5, 2.5, 7.25]])  # fractional orders: interpolated log-moment
+    ours = sampled_gaussian_rdp_without_replacement(m, n, z, orders)
+    # dp_accounting's noise multiplier is relative to the replace-one sensitivity 2C: z / 2.
+    theirs = _dpa_wor(n, m, z / 2.0, orders)
+    np.testing.assert_allclose(ours, np.minimum(theirs, 2.0 * orders / z**2), rtol=1e-10)
+    # With the add/remove convention fed straight to dp_accounting the curve would be 4x smaller
+    # at small orders: the sensitivity convention matters and is checked.
+    assert np.all(ours[:3] > 2.0 * _dpa_wor(n, m, z, orders[:3]))
+
+
+def test_without_replacement_curve_matches_300_digit_arithmetic():
+    # Large noise: the alternating forward differences cancel massively; the recursion must not.
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 300
+    m, n, z = 50, 100, 5.0
+    a = mp.mpf(2) / z**2  # base RDP eps(j) = a j (replace-one sensitivity 2C)
+    gamma = mp.mpf(m) / n
+
+    def diff(ell: int):  # Delta^ell of exp(a x (x - 1)) at 0
+        return mp.fsum((-1) ** (ell - i) * mp.binomial(ell, i) * mp.e ** (a * i * (i - 1)) for i in range(ell + 1))
+
+    orders = [2, 3, 7, 20, 41]
+    ours = sampled_gaussian_rdp_without_replacement(m, n, z, orders)
+    for alpha, value in zip(orders, ours):
+        total = gamma**2 * mp.binomial(alpha, 2) * min(4 * (mp.e ** (2 * a) - 1), 2 * mp.e ** (2 * a))
+        for j in range(3, alpha + 1):
+            refined = 4 * mp.sqrt(diff(2 * (j // 2)) * diff(2 * ((j + 1) // 2)))
+            total += gamma**j * mp.binomial(alpha, j) * min(refined, 2 * mp.e ** ((j - 1) * j * a))
+        expected = min(float(mp.log1p(total) / (alpha - 1)), 2 * alpha / z**2)
+        assert value == pytest.approx(expected, rel=1e-12), alpha
+
+
+@pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (660, 66, 1.435), (1000, 1, 2.0)])
+def test_poisson_scheme_matches_dp_accounting(n, b, c):
+    curve = _dpa_poisson(b / n, 1.0 / c, ORDERS)
+    np.testing.assert_allclose(dprec_forward_rdp(c, b / n, ORDERS), curve, rtol=1e-10)
+    t, delta = 50, n**-1.1
+    result = dprec_epsilon(
+        rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=None, orders=ORDERS,
+        sampling="poisson",
+    )
+    assert result.epsilon == pytest.approx(_moments_eps(t * curve, ORDERS, delta), rel=1e-10)
+    assert (result.steps, result.sampling_rate, result.messages) == (t, b / n, t * b)
+
+
+@pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (660, 66, 1.435), (1000, 1, 2.0)])
+def test_without_replacement_scheme_matches_dp_accounting(n, b, c):
+    # The DP-REC round under replace-one: base Gaussian with sensitivity 2C, sigma = C / c.
+    curve = _dpa_wor(n, b, 1.0 / (2.0 * c), ORDERS)
+    t, delta = 50, n**-1.1
+    result = dprec_epsilon(
+        rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=None, orders=ORDERS,
+        sampling="without_replacement",
+    )
+    assert result.epsilon == pytest.approx(_moments_eps(t * np.minimum(curve, 2 * ORDERS * c * c), ORDERS, delta),
+                                           rel=1e-10)
+    assert result.forward == result.reverse  # one replace-one bound, both directions
+    assert (result.steps, result.sampling_rate, result.sampling) == (t, b / n, "without_replacement")
+
+
+@pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (1000, 1, 2.0), (200, 150, 0.8)])
+def test_without_replacement_is_never_tighter_than_poisson(n, b, c):
+    orders = np.arange(2.0, 258.0)
+    wor = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, orders)
+    poisson = dprec_forward_rdp(c, b / n, orders)
+    assert np.all(wor >= poisson)
+    kw = dict(rounds=100, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=1e-5, bits=None)
+    eps = {s: dprec_epsilon(**kw, sampling=s).epsilon for s in SAMPLING_SCHEMES}
+    assert eps["without_replacement"] >= eps["poisson"]
+    # The paper's point (Section 3): with replacement at rate 1/N beats Poisson at B/N.
+    assert eps["with_replacement"] <= eps["poisson"]
+
+
+def test_with_replacement_is_unchanged():
+    kw = dict(rounds=1000, clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=100**-1.1, bits=None)
+    default = dprec_epsilon(**kw)
+    assert default == dprec_epsilon(**kw, sampling="with_replacement")
+    assert default.epsilon == pytest.approx(3.0157, abs=5e-4)  # the paper's MNIST 3.0
+    assert (default.steps, default.sampling_rate, default.messages, default.rounds) == (10_000, 0.01, 10_000, 1000)
+
+
+def test_poisson_exact_reverse_is_tighter_and_wor_refuses_it():
+    kw = dict(rounds=100, clients_per_round=10, num_clients=1000, clip_multiplier=1.0, delta=1e-5, bits=None)
+    bound = dprec_epsilon(**kw, sampling="poisson")
+    exact = dprec_epsilon(**kw, sampling="poisson", reverse="exact")
+    assert exact.epsilon <= bound.epsilon
+    rev = dprec_reverse_rdp(1.0, 0.01, [exact.order])[0]
+    assert exact.reverse == pytest.approx(100 * rev, rel=1e-12)
+    with pytest.raises(ValueError, match="reverse"):
+        dprec_epsilon(**kw, sampling="without_replacement", reverse="exact")
+
+
+@pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
+def test_delta_and_calibration_follow_the_scheme(sampling):
+    kw = dict(rounds=200, clients_per_round=20, num_clients=2000, bits=40, sampling=sampling)
+    result = dprec_epsilon(**kw, clip_multiplier=0.9, delta=1e-6)
+    delta, order = dprec_delta(**kw, clip_multiplier=0.9, epsilon=result.epsilon)
+    assert delta == pytest.approx(1e-6, rel=1e-9) and order == result.order
+    c = dprec_calibrate(target_epsilon=2.0, delta=1e-6, **kw)
+    assert dprec_epsilon(**kw, clip_multiplier=c, delta=1e-6).epsilon == pytest.approx(2.0, rel=1e-8)
+
+
+# ---------------------------------------------------------------------------------------
+# Round accountant
+# ---------------------------------------------------------------------------------------
+
+RUN = dict(num_clients=500, clip_multiplier=0.8, delta=1e-6, bits=45)
+
+
+@pytest.mark.parametrize(
+    "sampling, reverse",
+    [(s, "bound") for s in SAMPLING_SCHEMES] + [("with_replacement", "exact"), ("poisson", "exact")],
+)
+def test_stepping_equals_dprec_epsilon_exactly(sampling, reverse):
+    acc = DPRECRoundAccountant(clients_per_round=25, sampling=sampling, reverse=reverse, **RUN)
+    assert acc.epsilon == 0.0 and acc.accounting is None and acc.rounds == 0
+    for t in range(1, 31):
+        step = acc.step()
+        assert step is acc.accounting and acc.rounds == t
+    expected = dprec_epsilon(rounds=30, clients_per_round=25, sampling=sampling, reverse=reverse, **RUN)
+    assert acc.accounting == expected  # every field, bit for bit
+    assert acc.epsilon == expected.epsilon
+    # Composing many rounds at once is the same.
+    bulk = DPRECRoundAccountant(clients_per_round=25, sampling=sampling, reverse=reverse, **RUN)
+    assert bulk.step(rounds=30) == expected
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "without_replacement"])
+def test_varying_clients_per_round(sampling):
+    acc = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **RUN)
+    acc.step()
+    acc.step(clients_per_round=40)
+    result = acc.step(rounds=2)
+    orders = np.arange(2.0, 258.0)
+    if sampling == "poisson":
+        curve = {b: dprec_forward_rdp(0.8, b / 500, orders) for b in (10, 40)}
+    else:
+        curve = {b: sampled_gaussian_rdp_without_replacement(b, 500, 1 / 0.8, orders) for b in (10, 40)}
+    composed = 3 * curve[10] + curve[40]
+    overhead = dprec_overhead(70, 0.8, 45)
+    eps = 2 * composed - math.log(1e-6 - overhead) / (orders - 1)
+    assert result.epsilon == pytest.approx(eps.min(), rel=1e-12)
+    assert (result.messages, result.rounds, result.steps) == (70, 4, 4)
+    assert result.sampling_rate == pytest.approx(70 / (4 * 500))
+    assert result.rho == pytest.approx(70 * math.exp(0.64))
+    # More clients in a round cost more privacy than fewer.
+    fewer = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **RUN).step(rounds=4)
+    assert fewer.epsilon < result.epsilon
+
+
+def test_varying_clients_with_replacement_counts_steps():
+    acc = DPRECRoundAccountant(clients_per_round=4, **RUN)
+    acc.step()
+    result = acc.step(clients_per_round=6)
+    single = dprec_epsilon(rounds=1, clients_per_round=10, **RUN)  # 10 steps at rate 1/N either way
+    assert result.epsilon == single.epsilon and result.steps == 10 and result.rounds == 2
+
+
+def test_accountant_properties():
+    acc = DPRECRoundAccountant(clients_per_round=7, sampling="poisson", rounds=12, groups=5, **RUN)
+    assert (acc.num_clients, acc.clients_per_round, acc.sampling, acc.delta, acc.bits, acc.groups) == (
+        500, 7, "poisson", 1e-6, 45, 5
+    )
+    assert (acc.clip_multiplier, acc.reverse, acc.planned_rounds, acc.messages, acc.overhead) == (
+        0.8, "bound", 12, 0, 0.0
+    )
+    acc.step()
+    assert acc.messages == 7 and acc.overhead == dprec_overhead(7, 0.8, 45)
+    assert "poisson" in repr(acc)
+    # bits=None omits the overhead (the paper's reported numbers).
+    free = DPRECRoundAccountant(clients_per_round=7, **dict(RUN, bits=None))
+    assert free.step().overhead == 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# The bit-width rule
+# ---------------------------------------------------------------------------------------
+
+RULE = dict(num_clients=1000, clients_per_round=10, clip_multiplier=1.0, delta=1e-5)
+
+
+def test_min_bits_is_the_smallest_that_satisfies_the_rule():
+    for messages, c, delta, groups, fraction in [
+        (10_000, 0.545, 1e-5, 4, 0.1),
+        (90_000, 1.227, 342_477**-1.1, 6, 0.1),
+        (1, 0.1, 0.5, 1, 0.1),
+        (10**6, 3.0, 1e-9, 3, 0.01),
+    ]:
+        k = dprec_min_bits(messages=messages, clip_multiplier=c, delta=delta, groups=groups, fraction=fraction)
+        assert dprec_overhead(messages, c, groups * k) <= fraction * delta
+        if k > 1:
+            assert dprec_overhead(messages, c, groups * (k - 1)) > fraction * delta
+    # StackOverflow: 6 groups x 7 bits is too few (overhead 1.36 delta); 8 per group give 2.1% of delta.
+    assert dprec_min_bits(messages=90_000, clip_multiplier=1.227, delta=342_477**-1.1, groups=6) == 8
+    assert dprec_min_bits(messages=1, clip_multiplier=0.1, delta=0.5) == 8  # 12 e^0.01 / 2^8 = 0.047 <= 0.05
+
+
+def test_dprec_epsilon_error_explains_total_bits():
+    # 7 bits for a whole MNIST run: the old message was a bare "overhead 1.26e+03".
+    kw = dict(rounds=1000, clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=1e-5)
+    need = dprec_min_bits(messages=10_000, clip_multiplier=0.545, delta=1e-5)
+    with pytest.raises(ValueError, match=r"bits=7 is too few: `bits` is the TOTAL bits of one client message") as err:
+        dprec_epsilon(**kw, bits=7)
+    text = str(err.value)
+    assert "bits per group x number of groups" in text and "layout(template).total_bits" in text
+    assert "= 1.26e+03 is 1.26e+08 times delta=1e-05" in text
+    assert f"at least {need} total bits" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # dprec_epsilon raises but never warns
+        dprec_epsilon(**kw, bits=need - 1)
+
+
+def test_planned_rounds_are_checked_up_front():
+    # 50 rounds x 10 clients: 12 * 500 * e / 2^b: b = 28 gives 6.1e-5 >= delta; b = 32 gives 3.8e-6
+    # (38%); b = 36 is fine.
+    with pytest.raises(ValueError, match=r"bits: the message has 4 groups x 7 bits = 28 total bits") as err:
+        DPRECRoundAccountant(bits=28, groups=4, rounds=50, **RULE)
+    k = dprec_min_bits(messages=500, clip_multiplier=1.0, delta=1e-5, groups=4)
+    assert f"at least {k} bits per group" in str(err.value)
+    with pytest.warns(DPRECPrivacyWarning, match="bits") as record:
+        acc = DPRECRoundAccountant(bits=32, groups=4, rounds=50, **RULE)
+    assert len(record) == 1 and record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.step(rounds=50)  # already warned for the plan: not again
+        DPRECRoundAccountant(bits=36, groups=4, rounds=50, **RULE).step(rounds=50)
+    # Without a plan the constructor cannot know.
+    DPRECRoundAccountant(bits=28, **RULE)
+
+
+def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
+    # bits = 32: overhead per 10-client round 12 * 10 * e / 2^32 = 7.6e-8 (0.76% of delta).
+    acc = DPRECRoundAccountant(bits=32, **RULE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.step(rounds=13)  # 9.9% of delta
+    with pytest.warns(DPRECPrivacyWarning, match="bits") as record:
+        acc.step()  # 10.6%: crosses
+    assert len(record) == 1 and record[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.step(rounds=100)  # warned once
+    before = acc.accounting
+    assert acc.rounds == 114
+    with pytest.raises(ValueError, match=r"bits=32 is too few.*TOTAL bits.*overhead"):
+        acc.step(rounds=100)  # would reach 1.6 delta: nothing composed
+    assert acc.rounds == 114 and acc.accounting is before and acc.messages == 1140
+
+
+@pytest.mark.parametrize(
+    "call, exc, name",
+    [
+        (lambda: dprec_epsilon(**dict(RULE, bits=None), rounds=1, sampling="uniform"), ValueError, "sampling"),
+        (lambda: dprec_epsilon(**dict(RULE, bits=None), rounds=1, sampling=None), ValueError, "sampling"),
+        (lambda: dprec_delta(rounds=1, clients_per_round=1, num_clients=10, clip_multiplier=1.0, epsilon=1.0,
+                             bits=None, sampling="x"), ValueError, "sampling"),
+        (lambda: dprec_calibrate(target_epsilon=1.0, rounds=1, clients_per_round=1, num_clients=10, delta=1e-5,
+                                 bits=None, sampling="x"), ValueError, "sampling"),
+        (lambda: dprec_epsilon(**dict(RULE, bits=None, clients_per_round=1001), rounds=1, sampling="poisson"),
+         ValueError, "clients_per_round"),
+        (lambda: DPRECRoundAccountant(bits=40, sampling="x", **RULE), ValueError, "sampling"),
+        (lambda: DPRECRoundAccountant(bits=40, sampling="without_replacement", reverse="exact", **RULE), ValueError,
+         "reverse"),
+        (lambda: DPRECRoundAccountant(bits=40, rounds=0, **RULE), ValueError, "rounds"),
+        (lambda: DPRECRoundAccountant(bits=40, groups=41, **RULE), ValueError, "groups"),
+        (lambda: DPRECRoundAccountant(bits=0, **RULE), ValueError, "bits"),
+        (lambda: DPRECRoundAccountant(bits=40, **RULE).step(clients_per_round=0), ValueError, "clients_per_round"),
+        (lambda: DPRECRoundAccountant(bits=40, sampling="poisson", **RULE).step(clients_per_round=1001), ValueError,
+         "clients_per_round"),
+        (lambda: DPRECRoundAccountant(bits=40, **RULE).step(rounds=0), ValueError, "rounds"),
+        (lambda: DPRECRoundAccountant(bits=40, **RULE).step(rounds=1.5), TypeError, "rounds"),
+        (lambda: dprec_min_bits(messages=0, clip_multiplier=1.0, delta=1e-5), ValueError, "messages"),
+        (lambda: dprec_min_bits(messages=1, clip_multiplier=1.0, delta=1e-5, groups=0), ValueError, "groups"),
+        (lambda: dprec_min_bits(messages=1, clip_multiplier=1.0, delta=1e-5, fraction=1.0), ValueError, "fraction"),
+        (lambda: sampled_gaussian_rdp_without_replacement(11, 10, 1.0, [2]), ValueError, "sample_size"),
+        (lambda: sampled_gaussian_rdp_without_replacement(1, 0, 1.0, [2]), ValueError, "population"),
+        (lambda: sampled_gaussian_rdp_without_replacement(1, 10, -1.0, [2]), ValueError, "noise_multiplier"),
+        (lambda: sampled_gaussian_rdp_without_replacement(1, 10, 1.0, [1.0]), ValueError, "orders"),
+    ],
+)
+def test_bad_arguments_are_named(call, exc, name):
+    with pytest.raises(exc, match=name):
+        call()
+
+
+def test_without_replacement_edge_cases():
+    orders = np.array([2.0, 3.5, 10.0])
+    # Everyone sampled: the plain Gaussian with sensitivity 2C.
+    np.testing.assert_allclose(sampled_gaussian_rdp_without_replacement(10, 10, 2.0, orders), 2 * orders / 4.0)
+    assert np.all(sampled_gaussian_rdp_without_replacement(1, 10, math.inf, orders) == 0.0)
+    assert np.all(np.isinf(sampled_gaussian_rdp_without_replacement(1, 10, 0.0, orders)))
+    # Large orders stay finite and below the cap; the curve grows with the order.
+    big = sampled_gaussian_rdp_without_replacement(1, 1000, 3.0, np.array([2.0, 100.0, 1500.0]))
+    assert np.all(np.isfinite(big)) and np.all(np.diff(big) > 0) and big[-1] <= 2 * 1500 / 9.0

@@ -1,0 +1,230 @@
+"""The codec's privacy side: EncodeInfo (clipping diagnostics) and the accounting methods."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import dprec
+from dprec import codec as codec_module
+from dprec.codec import DPRECCodec, EncodeInfo
+
+from . import fake_cuda as fc
+from .conftest import requires_native
+from .fake_cuda import FakeGpuArray
+
+pytest.importorskip("scipy")
+
+from dprec.accounting import (  # noqa: E402 - after the SciPy check
+    DPRECPrivacyWarning,
+    DPRECRoundAccountant,
+    dprec_epsilon,
+    dprec_local_epsilon,
+    dprec_min_bits,
+    dprec_overhead,
+)
+
+fake_cuda = fc.fake_cuda  # the fixture, for pytest to find in this module
+
+
+def _update(seed: int = 0) -> dict[str, np.ndarray]:
+    r = np.random.default_rng(seed)
+    return {
+        "w": r.standard_normal((6, 5)).astype(np.float32),
+        "b": r.standard_normal(5),  # float64
+        "c": r.standard_normal((2, 3, 2)).astype(np.float32),
+        "d": r.standard_normal(7).astype(np.float16),
+    }
+
+
+def _global_norm(update: dict[str, np.ndarray]) -> float:
+    return float(np.linalg.norm(np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in update.values()])))
+
+
+def _scaled(update: dict[str, np.ndarray], norm: float) -> dict[str, np.ndarray]:
+    """The update in float64, scaled to the given global norm."""
+    f = norm / _global_norm(update)
+    return {k: np.asarray(v, dtype=np.float64) * f for k, v in update.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# EncodeInfo
+# ---------------------------------------------------------------------------------------
+
+
+def test_encode_info_is_exported_frozen_and_client_side():
+    assert dprec.EncodeInfo is EncodeInfo and "EncodeInfo" in codec_module.__all__ and "EncodeInfo" in dprec.__all__
+    info = EncodeInfo(norm=1.0, clip_norm=0.5, clipped=True, scale=0.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.norm = 2.0  # type: ignore[misc]
+    assert [f.name for f in dataclasses.fields(EncodeInfo)] == ["norm", "clip_norm", "clipped", "scale"]
+
+
+def test_encode_info_norm_is_the_float64_global_norm():
+    upd = _update(1)
+    codec = DPRECCodec(sigma=0.05, clip_multiplier=2.0, bits=5)
+    msg, info = codec.encode(upd, rng=np.random.default_rng(0), seed=3, return_info=True)
+    assert isinstance(info, EncodeInfo)
+    assert info.norm == pytest.approx(_global_norm(upd), rel=1e-12)
+    assert info.clip_norm == codec.clip_norm == pytest.approx(0.1)
+    assert info.norm > info.clip_norm and info.clipped
+    assert info.scale == pytest.approx(0.1 / _global_norm(upd), rel=1e-12)
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.999, 1.001, 3.0])
+def test_encode_info_on_both_sides_of_the_clip_norm(factor):
+    codec = DPRECCodec(sigma=0.2, clip_multiplier=1.5, bits=4)
+    c_norm = 0.2 * 1.5
+    upd = _scaled(_update(2), factor * c_norm)
+    _, info = codec.encode(upd, rng=np.random.default_rng(1), seed=2, return_info=True)
+    assert info.norm == pytest.approx(factor * c_norm, rel=1e-12)
+    assert info.clip_norm == c_norm
+    if factor < 1.0:
+        assert not info.clipped and info.scale == 1.0
+    else:
+        assert info.clipped and info.scale == pytest.approx(1.0 / factor, rel=1e-12) and info.scale < 1.0
+    assert info.scale == min(1.0, info.clip_norm / info.norm)
+
+
+def test_encode_info_of_a_zero_update():
+    _, info = DPRECCodec(sigma=1.0, bits=3).encode({"z": np.zeros(4)}, seed=1, return_info=True)
+    assert info == EncodeInfo(norm=0.0, clip_norm=1.0, clipped=False, scale=1.0)
+
+
+@pytest.mark.parametrize("factor", [0.3, 4.0])
+def test_return_info_does_not_change_the_message(factor):
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.8, bits={"w": 6}, max_group_size=8)
+    upd = _scaled(_update(3), factor * codec.clip_norm)
+    plain = codec.encode(upd, rng=np.random.default_rng(11), seed=12)
+    msg, _ = codec.encode(upd, rng=np.random.default_rng(11), seed=12, return_info=True)
+    assert msg.to_bytes() == plain.to_bytes()
+    assert isinstance(codec.encode(upd, seed=1, return_info=False), dprec.DPRECMessage)
+
+
+def test_return_info_must_be_a_bool():
+    with pytest.raises(TypeError, match="return_info"):
+        DPRECCodec(sigma=1.0).encode({"w": np.ones(3)}, return_info="yes")  # type: ignore[arg-type]
+
+
+@requires_native
+@pytest.mark.parametrize("factor", [0.4, 2.5])
+def test_gpu_path_fills_encode_info_like_the_cpu(fake_cuda, factor):
+    codec = DPRECCodec(sigma=0.05, clip_multiplier=1.0, bits=5)
+    host = {k: v.astype(np.float32) for k, v in _scaled(_update(4), factor * codec.clip_norm).items()}
+    upd = {k: FakeGpuArray(fake_cuda, v) for k, v in host.items()}
+    m_gpu, i_gpu = codec.encode(upd, rng=np.random.default_rng(5), seed=6, return_info=True)
+    m_cpu, i_cpu = codec.encode(host, rng=np.random.default_rng(5), seed=6, return_info=True)
+    assert fake_cuda.calls_named("norm_stats")  # the GPU branch ran
+    assert m_gpu.indices == m_cpu.indices
+    assert i_gpu.norm == pytest.approx(i_cpu.norm, rel=1e-12)
+    assert i_gpu.clip_norm == i_cpu.clip_norm and i_gpu.clipped == i_cpu.clipped == (factor > 1)
+    assert i_gpu.scale == pytest.approx(i_cpu.scale, rel=1e-12)
+    assert codec.encode(upd, rng=np.random.default_rng(5), seed=6).indices == m_gpu.indices
+
+
+# ---------------------------------------------------------------------------------------
+# Accounting methods
+# ---------------------------------------------------------------------------------------
+
+FOUR = {"a": np.zeros(3), "b": np.zeros((2, 2)), "c": np.zeros(5), "d": np.zeros(1)}  # 4 tensors
+RUN = dict(rounds=100, clients_per_round=10, num_clients=1000, delta=1e-5)
+
+
+@pytest.mark.parametrize("sampling", ["with_replacement", "poisson", "without_replacement"])
+def test_codec_epsilon_uses_the_layout_total_bits(sampling):
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=12)
+    layout = codec.layout(FOUR)
+    assert (layout.num_groups, layout.total_bits) == (4, 48)
+    result = codec.epsilon(FOUR, **RUN, sampling=sampling)
+    expected = dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, sampling=sampling)
+    assert result == expected and result.bits == 48 and result.sampling == sampling
+    assert codec.epsilon(layout, **RUN, sampling=sampling) == expected  # a Layout works too
+    # Non-uniform bits: the total counts.
+    mixed = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits={"a": 20, "b": 9})
+    assert mixed.layout(FOUR).total_bits == 20 + 9 + 7 + 7
+    assert mixed.epsilon(FOUR, **RUN, sampling=sampling).bits == 43
+
+
+def test_codec_local_epsilon():
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=12)
+    assert codec.local_epsilon(FOUR, delta=1e-5, rounds=3) == dprec_local_epsilon(
+        clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3
+    )
+
+
+def test_codec_epsilon_too_few_bits_names_bits_and_the_fix():
+    # 4 tensors x 7 bits = 28 total bits for 1000 messages: 12 * 1000 * e^0.49 / 2^28 = 7.3e-5 >= 1e-5.
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7)
+    need = dprec_min_bits(messages=1000, clip_multiplier=0.7, delta=1e-5, groups=4)
+    assert dprec_overhead(1000, 0.7, 28) >= 1e-5
+    with pytest.raises(ValueError, match=r"bits: the message has 4 groups x 7 bits = 28 total bits") as err:
+        codec.epsilon(FOUR, **RUN)
+    assert f"at least {need} bits per group (4 x {need} = {4 * need} total bits)" in str(err.value)
+    assert "overhead" in str(err.value)
+    # That many bits per group does satisfy the rule, without a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=need).epsilon(FOUR, **RUN)
+    with pytest.warns(DPRECPrivacyWarning, match="bits per group"):
+        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=need - 1).epsilon(FOUR, **RUN)
+
+
+def test_codec_epsilon_warns_above_ten_percent_of_delta():
+    # 4 groups x 8 bits = 32: overhead 12 * 1000 * e^0.49 / 2^32 = 4.6e-6, 46% of delta.
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=8)
+    assert 0.1e-5 < dprec_overhead(1000, 0.7, 32) < 1e-5
+    with pytest.warns(DPRECPrivacyWarning, match=r"4 groups x 8 bits = 32 total bits") as record:
+        result = codec.epsilon(FOUR, **RUN)
+    assert record[0].filename == __file__  # points at the caller
+    assert issubclass(DPRECPrivacyWarning, UserWarning)
+    assert result.epsilon == dprec_epsilon(**RUN, clip_multiplier=0.7, bits=32).epsilon
+    with pytest.warns(DPRECPrivacyWarning):
+        codec.local_epsilon(FOUR, delta=1e-5, rounds=1000)
+
+
+def test_codec_accountant_is_tied_to_the_layout():
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=12)
+    acc = codec.accountant(FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, sampling="poisson", rounds=100)
+    assert isinstance(acc, DPRECRoundAccountant)
+    assert (acc.bits, acc.groups, acc.num_clients, acc.sampling, acc.planned_rounds) == (48, 4, 1000, "poisson", 100)
+    assert acc.epsilon == 0.0 and acc.accounting is None
+    acc.step(rounds=100)
+    assert acc.accounting == codec.epsilon(FOUR, **RUN, sampling="poisson")
+    # The planned run is checked when the accountant is built.
+    with pytest.raises(ValueError, match="4 groups x 7 bits = 28 total bits"):
+        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7).accountant(
+            FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100
+        )
+
+
+@pytest.mark.parametrize(
+    "call, exc, name",
+    [
+        (lambda c: c.epsilon(FOUR, **dict(RUN, rounds=0)), ValueError, "rounds"),
+        (lambda c: c.epsilon(FOUR, **RUN, sampling="shuffled"), ValueError, "sampling"),
+        (lambda c: c.epsilon(FOUR, **RUN, sampling="without_replacement", reverse="exact"), ValueError, "reverse"),
+        (lambda c: c.epsilon(FOUR, **dict(RUN, delta=2.0)), ValueError, "delta"),
+        (lambda c: c.epsilon(FOUR, **dict(RUN, clients_per_round=2000), sampling="poisson"), ValueError,
+         "clients_per_round"),
+        (lambda c: c.local_epsilon(FOUR, delta=1e-5, rounds=1.5), TypeError, "rounds"),
+        (lambda c: c.accountant(FOUR, num_clients=0, clients_per_round=1, delta=1e-5), ValueError, "num_clients"),
+        (lambda c: c.epsilon({"w": np.zeros(3, dtype=np.int64)}, **RUN), TypeError, "template"),
+    ],
+)
+def test_codec_accounting_bad_arguments_are_named(call, exc, name):
+    with pytest.raises(exc, match=name):
+        call(DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=12))
+
+
+def test_codec_accounting_matches_the_paper_mnist_setting():
+    # MNIST (Appendix C.2): T=1000, B=10, N=100, c=0.545, delta=N^-1.1; the paper's 3.0 with
+    # enough bits that the overhead is negligible.
+    codec = DPRECCodec(sigma=0.01, clip_multiplier=0.545, bits=16)
+    result = codec.epsilon(FOUR, rounds=1000, clients_per_round=10, num_clients=100, delta=100**-1.1)
+    assert result.epsilon == pytest.approx(3.0157, abs=2e-3)
+    assert result.overhead < 1e-3 * result.delta
+    assert not math.isnan(result.epsilon)
