@@ -1,0 +1,835 @@
+"""DP-REC for Flower (``flwr``): a client mod and a server strategy wrapper.
+
+Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp``,
+``flwr.serverapp.strategy``) takes two changes::
+
+    from dprec import DPRECCodec
+    from dprec.flower import DPRECStrategy, dprec_mod
+
+    client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
+    codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
+    strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
+
+Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
+``ArrayRecord`` and its metrics (with ``"num-examples"``) in a ``MetricRecord``, and
+``strategy.start(grid=grid, initial_arrays=..., num_rounds=...)`` still returns Flower's
+``Result``. Requires ``flwr >= 1.22`` (``pip install "dprec[flower]"``).
+
+What travels
+------------
+Server to client (train messages only): the wrapped strategy's message, whose
+``ConfigRecord`` also carries the codec parameters (no seed, no private randomness):
+
+``"dprec.sigma"`` (float)
+    :attr:`DPRECCodec.sigma`.
+``"dprec.clip-multiplier"`` (float)
+    :attr:`DPRECCodec.clip_multiplier`.
+``"dprec.bits"`` (int or str)
+    Bits per group; a per-tensor mapping travels as a JSON object (a str).
+``"dprec.max-group-size"`` (int)
+    :attr:`DPRECCodec.max_group_size`; absent for ``None``.
+
+Client to server: :func:`dprec_mod` replaces the reply's ``ArrayRecord`` by a
+``ConfigRecord`` named :data:`RECORD_KEY` (``"dprec"``) that holds the
+:meth:`DPRECMessage.to_bytes` blob as a ``bytes`` value under :data:`MESSAGE_KEY`
+(``"dprec.message"``): Flower's own record types, no pickled or ``.npy`` arrays. The
+reply's ``MetricRecord`` is passed on unchanged.
+
+The update and what the server keeps
+------------------------------------
+The update is ``reply - global`` of the real floating-point arrays of the global
+``ArrayRecord`` (float16, float32, float64); other arrays (integer buffers such as
+``num_batches_tracked``, booleans) are not sent back: the server keeps its own. The
+server decodes and averages every client's message in one pass (:meth:`DPRECCodec.aggregate`)
+and sets ``global = global + mean`` for the floating arrays, in their dtype.
+
+The mean is *uniform* (each client weighs ``1/n``): DP-REC's accounting assumes
+data-independent weights, so the wrapper does not weight by ``"num-examples"`` unless
+``weighted_by_key`` is given. Training metrics are aggregated by the wrapped strategy
+(``train_metrics_aggr_fn``) and, like Flower's DP wrappers, are not covered by the guarantee.
+
+Accounting
+----------
+Flower's ``FedAvg`` samples ``B`` distinct nodes out of the ``N`` connected ones each round
+(without replacement). The wrapper records ``B`` (train messages sent) and ``N`` in
+:meth:`DPRECStrategy.configure_train`, and steps a :meth:`DPRECCodec.accountant` with
+``sampling="without_replacement"`` once per round in which messages were received, logging
+epsilon with Flower's logger. ``N`` is the number of nodes connected when the first round
+is configured (or ``num_clients=``): give ``FedAvg`` a ``min_available_nodes`` equal to the
+population, otherwise ``N`` may be undercounted (which only overstates epsilon); ``FedAvg``
+sizes its sample from the nodes connected at that moment, so ``min_train_nodes`` fixes ``B``.
+The accountant enforces the bit-width rule (the importance-sampling overhead must stay well
+below ``delta``): split large tensors with ``max_group_size`` for enough bits per message.
+
+Clients' diagnostics (the update's norm before clipping and
+whether it was clipped) never leave the client: they are logged at DEBUG level on the
+client and kept in ``context.state`` (a local record) under :data:`STATE_KEY`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from logging import DEBUG, ERROR, INFO, WARNING
+from typing import Any
+
+import numpy as np
+
+try:
+    from flwr.app import (
+        Array,
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Error,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
+    from flwr.common import log
+    from flwr.common.constant import ErrorCode
+    from flwr.common.serde import recorddict_to_proto
+    from flwr.serverapp import Grid
+    from flwr.serverapp.strategy import FedAvg, Result, Strategy
+except ImportError as exc:  # pragma: no cover - exercised only without flwr
+    raise ImportError(
+        "dprec.flower needs Flower's Message API (flwr >= 1.22, Python >= 3.10): "
+        'pip install "dprec[flower]"'
+    ) from exc
+
+from .codec import DPRECCodec, DPRECMessage, Layout
+
+__all__ = [
+    "CONFIG_BITS",
+    "CONFIG_CLIP_MULTIPLIER",
+    "CONFIG_MAX_GROUP_SIZE",
+    "CONFIG_SIGMA",
+    "DPRECRound",
+    "DPRECStrategy",
+    "MESSAGE_KEY",
+    "RECORD_KEY",
+    "STATE_KEY",
+    "codec_config",
+    "codec_from_config",
+    "dprec_mod",
+    "wire_nbytes",
+]
+
+#: ConfigRecord key (server to client): the codec's sigma (float).
+CONFIG_SIGMA = "dprec.sigma"
+#: ConfigRecord key (server to client): the codec's clip multiplier ``c`` (float).
+CONFIG_CLIP_MULTIPLIER = "dprec.clip-multiplier"
+#: ConfigRecord key (server to client): bits per group (int), or a JSON object ``{tensor: bits}`` (str).
+CONFIG_BITS = "dprec.bits"
+#: ConfigRecord key (server to client): max group size (int); absent means ``None``.
+CONFIG_MAX_GROUP_SIZE = "dprec.max-group-size"
+#: Name of the reply's ConfigRecord that carries the message (client to server).
+RECORD_KEY = "dprec"
+#: Key of the message bytes in that ConfigRecord.
+MESSAGE_KEY = "dprec.message"
+#: Key of the client's local diagnostics (a MetricRecord) in ``context.state``.
+STATE_KEY = "dprec"
+
+_CONFIG_KEYS = (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS, CONFIG_MAX_GROUP_SIZE)
+
+
+# --------------------------------------------------------------------------------------
+# Codec parameters in a ConfigRecord
+# --------------------------------------------------------------------------------------
+
+
+def codec_config(codec: DPRECCodec) -> dict[str, Any]:
+    """The ConfigRecord entries that describe ``codec`` to the clients.
+
+    Parameters
+    ----------
+    codec : DPRECCodec
+
+    Returns
+    -------
+    dict
+        ``{"dprec.sigma": float, "dprec.clip-multiplier": float, "dprec.bits": int or str}``
+        plus ``"dprec.max-group-size": int`` when the codec has one. A per-tensor ``bits``
+        mapping is written as a JSON object (ConfigRecords hold no mappings).
+    """
+    if not isinstance(codec, DPRECCodec):
+        raise TypeError(f"codec must be a DPRECCodec, got {type(codec).__name__}")
+    bits = codec.bits
+    out: dict[str, Any] = {
+        CONFIG_SIGMA: float(codec.sigma),
+        CONFIG_CLIP_MULTIPLIER: float(codec.clip_multiplier),
+        CONFIG_BITS: json.dumps(bits, sort_keys=True) if isinstance(bits, dict) else int(bits),
+    }
+    if codec.max_group_size is not None:
+        out[CONFIG_MAX_GROUP_SIZE] = int(codec.max_group_size)
+    return out
+
+
+def codec_from_config(config: Mapping[str, Any]) -> DPRECCodec:
+    """Rebuild the server's codec from the entries written by :func:`codec_config`.
+
+    Parameters
+    ----------
+    config : Mapping[str, Any]
+        A ConfigRecord (or dict) holding at least ``"dprec.sigma"``,
+        ``"dprec.clip-multiplier"`` and ``"dprec.bits"``.
+
+    Returns
+    -------
+    DPRECCodec
+        With the default backend (``"auto"``).
+
+    Raises
+    ------
+    KeyError
+        If a required key is missing.
+    TypeError, ValueError
+        For values of the wrong type or out of range.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping (a ConfigRecord), got {type(config).__name__}")
+    missing = [k for k in (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS) if k not in config]
+    if missing:
+        raise KeyError(f"config lacks the DP-REC keys {missing}")
+    bits: Any = config[CONFIG_BITS]
+    if isinstance(bits, str):
+        try:
+            bits = json.loads(bits)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config[{CONFIG_BITS!r}] is not a JSON object: {bits!r}") from exc
+        if not isinstance(bits, dict):
+            raise ValueError(f"config[{CONFIG_BITS!r}] must be an int or a JSON object, got {bits!r}")
+    return DPRECCodec(
+        sigma=config[CONFIG_SIGMA],
+        clip_multiplier=config[CONFIG_CLIP_MULTIPLIER],
+        bits=bits,
+        max_group_size=config.get(CONFIG_MAX_GROUP_SIZE),
+    )
+
+
+def wire_nbytes(record: ArrayRecord | ConfigRecord | MetricRecord, key: str) -> int:
+    """Serialized size of ``record`` stored under ``key`` in a message's RecordDict.
+
+    Measured with Flower's own protobuf serialization of a ``RecordDict``
+    (``flwr.common.serde.recorddict_to_proto``), so it includes the record's name, its
+    keys and the protobuf framing.
+
+    Parameters
+    ----------
+    record : ArrayRecord, ConfigRecord or MetricRecord
+    key : str
+        The record's name in the RecordDict.
+
+    Returns
+    -------
+    int
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}")
+    if not isinstance(record, (ArrayRecord, ConfigRecord, MetricRecord)):
+        raise TypeError(f"record must be an ArrayRecord, ConfigRecord or MetricRecord, got {type(record).__name__}")
+    return int(recorddict_to_proto(RecordDict({key: record})).ByteSize())
+
+
+# --------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------
+
+
+def _is_train(msg: Message) -> bool:
+    mtype = msg.metadata.message_type
+    return mtype == MessageType.TRAIN or mtype.startswith(MessageType.TRAIN + ".")
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).kind == "f"
+
+
+def _float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """The real floating-point arrays of an ArrayRecord, as NumPy arrays, by key."""
+    out = {}
+    for key, arr in record.items():
+        a = arr.numpy()
+        if _is_float(a.dtype):
+            out[key] = a
+    return out
+
+
+def _error_reply(msg: Message, reason: str) -> Message:
+    log(ERROR, "dprec_mod: %s", reason)
+    return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"dprec_mod: {reason}"), reply_to=msg)
+
+
+def _find_config(content: RecordDict, key: str) -> tuple[str, ConfigRecord] | None:
+    """The first ConfigRecord of ``content`` that holds ``key``."""
+    for name, rec in content.config_records.items():
+        if key in rec:
+            return name, rec
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Client
+# --------------------------------------------------------------------------------------
+
+
+def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """Flower client mod: compress the train reply's model update with DP-REC.
+
+    Add it to the ``ClientApp`` (``ClientApp(mods=[dprec_mod])``, or
+    ``@app.train(mods=[dprec_mod])``) and wrap the server's strategy in
+    :class:`DPRECStrategy`. On train messages it
+
+    1. reads the codec parameters from the message's ``ConfigRecord`` (the keys of
+       :func:`codec_config`, put there by :class:`DPRECStrategy`) and keeps the incoming
+       global ``ArrayRecord``;
+    2. runs the rest of the app (``call_next``);
+    3. computes the update ``reply - global`` of the floating-point arrays, encodes it with
+       a fresh seed and private randomness from the OS entropy source, and replaces the
+       reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
+       ``"dprec"``; other records (the ``MetricRecord``) are kept.
+
+    The update's norm before clipping and whether it was clipped are logged at DEBUG level
+    and stored in ``context.state["dprec"]`` (a ``MetricRecord`` that stays on the client:
+    ``norm``, ``clipped``, ``clip-norm``, ``message-bytes`` of the last round, and
+    ``rounds`` / ``clipped-rounds`` counted over the run); they are never sent.
+    Non-train messages and error replies pass through untouched.
+
+    Parameters
+    ----------
+    msg : flwr.app.Message
+    context : flwr.app.Context
+    call_next : callable
+        The next mod or the app's function, ``(Message, Context) -> Message``.
+
+    Returns
+    -------
+    flwr.app.Message
+        The compressed reply, or an error reply (``ErrorCode.MOD_FAILED_PRECONDITION``)
+        naming the problem: no DP-REC keys in the message's config (the server strategy is
+        not wrapped in :class:`DPRECStrategy`), not exactly one ArrayRecord in the message or
+        the reply, or reply arrays whose keys, shapes or dtypes do not match the global ones.
+    """
+    if not _is_train(msg) or msg.has_error() or not msg.has_content():
+        return call_next(msg, context)
+    found = _find_config(msg.content, CONFIG_SIGMA)
+    if found is None:
+        return _error_reply(
+            msg,
+            f"the train message's ConfigRecord lacks the DP-REC keys ({', '.join(_CONFIG_KEYS[:3])}); "
+            "wrap the ServerApp's strategy in dprec.flower.DPRECStrategy",
+        )
+    try:
+        codec = codec_from_config(found[1])
+    except (KeyError, TypeError, ValueError) as exc:
+        return _error_reply(msg, f"bad DP-REC codec parameters in the message's config: {exc}")
+    if len(msg.content.array_records) != 1:
+        return _error_reply(
+            msg, f"expects exactly one ArrayRecord in the train message, found {len(msg.content.array_records)}"
+        )
+    global_record = next(iter(msg.content.array_records.values()))
+    global_keys = set(global_record.keys())
+    global_floats = _float_arrays(global_record)
+    if not global_floats:
+        return _error_reply(msg, "the global ArrayRecord has no floating-point arrays to update")
+
+    reply = call_next(msg, context)
+    if reply.has_error():
+        return reply
+    n_arrays = len(reply.content.array_records)
+    if n_arrays != 1:
+        return _error_reply(msg, f"expects exactly one ArrayRecord in the train reply, found {n_arrays}")
+    if RECORD_KEY in reply.content:
+        return _error_reply(msg, f"the train reply already has a record named {RECORD_KEY!r}")
+    name, record = next(iter(reply.content.array_records.items()))
+    if set(record.keys()) != global_keys:
+        extra = sorted(set(record.keys()) - global_keys)
+        lacking = sorted(global_keys - set(record.keys()))
+        return _error_reply(
+            msg,
+            f"the reply's ArrayRecord keys do not match the global ones (extra: {extra}, missing: {lacking})",
+        )
+    update: dict[str, np.ndarray] = {}
+    for key, g in global_floats.items():
+        r = record[key].numpy()
+        if r.shape != g.shape:
+            return _error_reply(msg, f"reply array {key!r} has shape {r.shape}, the global one {g.shape}")
+        if not _is_float(r.dtype):
+            return _error_reply(msg, f"reply array {key!r} has dtype {r.dtype}, the global one {g.dtype}")
+        dtype = np.result_type(r.dtype, g.dtype, np.float32)
+        update[key] = np.subtract(r, g, dtype=dtype)
+
+    message, info = codec.encode(update, return_info=True)  # seed and private draw from the OS entropy source
+    blob = message.to_bytes()
+    del reply.content[name]
+    reply.content[RECORD_KEY] = ConfigRecord({MESSAGE_KEY: blob})
+
+    prev = context.state.metric_records.get(STATE_KEY)
+    rounds = int(prev.get("rounds", 0)) if prev is not None else 0
+    clipped_rounds = int(prev.get("clipped-rounds", 0)) if prev is not None else 0
+    context.state[STATE_KEY] = MetricRecord(
+        {
+            "norm": float(info.norm),
+            "clipped": int(bool(info.clipped)),
+            "clip-norm": float(info.clip_norm),
+            "message-bytes": len(blob),
+            "rounds": rounds + 1,
+            "clipped-rounds": clipped_rounds + int(bool(info.clipped)),
+        }
+    )
+    log(
+        DEBUG,
+        "dprec_mod: update norm %.6g, clip norm %.6g (%s); %d-byte message, %d arrays left out",
+        info.norm,
+        info.clip_norm,
+        "clipped" if info.clipped else "not clipped",
+        len(blob),
+        len(global_keys) - len(global_floats),
+    )
+    return reply
+
+
+# --------------------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class DPRECRound:
+    """What :class:`DPRECStrategy` did in one training round (``DPRECStrategy.history``).
+
+    Attributes
+    ----------
+    server_round : int
+    num_sampled : int
+        ``B``: train messages sent (nodes sampled without replacement).
+    num_available : int
+        ``N``: nodes connected when the round was configured.
+    num_aggregated : int
+        DP-REC messages decoded into the mean.
+    num_failed : int
+        Replies carrying an error (skipped, as FedAvg does).
+    num_rejected : int
+        Replies without a valid DP-REC message for this model (skipped, logged).
+    epsilon : float
+        Epsilon after this round (``inf`` if the accountant cannot bound it).
+    delta : float
+    message_bytes : tuple of int
+        Length of each aggregated client's DP-REC message.
+    wire_bytes : tuple of int
+        Serialized size of each aggregated client's ``ConfigRecord`` (see :func:`wire_nbytes`).
+    float32_wire_bytes : int
+        Serialized size of the same arrays as a float32 ``ArrayRecord``, per client.
+    messages : tuple of bytes
+        The aggregated messages, in aggregation order (only with ``keep_messages=True``).
+    """
+
+    server_round: int
+    num_sampled: int
+    num_available: int
+    num_aggregated: int = 0
+    num_failed: int = 0
+    num_rejected: int = 0
+    epsilon: float = 0.0
+    delta: float = 0.0
+    message_bytes: tuple[int, ...] = ()
+    wire_bytes: tuple[int, ...] = ()
+    float32_wire_bytes: int = 0
+    messages: tuple[bytes, ...] = field(default=(), repr=False)
+
+
+class DPRECStrategy(Strategy):
+    """Wrap a Flower Message-API strategy so that training runs through DP-REC.
+
+    Use it with :func:`dprec_mod` on the clients. The wrapped strategy (``FedAvg`` or a
+    FedAvg-like one such as ``FedProx``) still selects the nodes, builds the messages and
+    aggregates the metrics; this wrapper
+
+    * in :meth:`configure_train`: keeps the global arrays, adds the codec's parameters
+      (:func:`codec_config`) to the train config, and records ``B`` (train messages) and
+      ``N`` (connected nodes);
+    * in :meth:`aggregate_train`: parses every reply's bytes, decodes and averages them in
+      one pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean``
+      for the floating arrays (other arrays unchanged), steps the accountant, logs epsilon
+      and the bytes on the wire, and adds them to the returned ``MetricRecord``:
+      ``"dprec-epsilon"``, ``"dprec-delta"``, ``"dprec-clients"`` (messages aggregated),
+      ``"dprec-message-bytes"``, ``"dprec-wire-bytes"`` (per client: the serialized
+      ``ConfigRecord``) and ``"float32-wire-bytes"`` (per client: the same arrays as a
+      float32 ``ArrayRecord``).
+
+    Evaluation is delegated unchanged. :meth:`start` is Flower's ``Strategy.start`` (its
+    ``num_rounds`` also plans the accounting), returning Flower's ``Result``.
+
+    A strategy whose own array aggregation differs from FedAvg's (FedAdam, FedAvgM, Krum,
+    ...) can be wrapped, but its array logic is replaced by the DP-REC mean (a warning is
+    logged).
+
+    Parameters
+    ----------
+    strategy : flwr.serverapp.strategy.Strategy
+        The strategy to wrap. It must sample distinct nodes uniformly at random (FedAvg's
+        sampling) for the ``"without_replacement"`` accounting to hold.
+    codec : DPRECCodec
+        The codec the clients use (its parameters travel in the train config).
+    delta : float
+        The delta at which epsilon is reported, in (0, 1).
+    num_rounds : int, optional
+        The planned number of rounds, to check the bit-width rule (the importance-sampling
+        overhead against ``delta``) before the first round; default: the ``num_rounds``
+        passed to :meth:`start`.
+    num_clients : int, optional
+        The population size ``N`` for accounting; default: the number of connected nodes
+        when the first round is configured.
+    reverse : {"bound", "exact"}
+        The accountant's reverse-divergence method (``"exact"`` is not available for
+        sampling without replacement in this release: the first round raises ValueError).
+    weighted_by_key : str, optional
+        Weight each client's update by this key of its ``MetricRecord`` (e.g.
+        ``"num-examples"``) instead of uniformly. The accounting assumes data-independent
+        weights, so the reported epsilon does not cover weights that depend on the data.
+    keep_messages : bool
+        Keep every aggregated message's bytes in :attr:`history` (for audits and tests).
+
+    Attributes
+    ----------
+    strategy : Strategy
+    codec : DPRECCodec
+    current_arrays : flwr.app.ArrayRecord
+        The global arrays of the round being trained.
+    accountant : dprec.accounting.DPRECRoundAccountant or None
+        Created when the first round is configured.
+    history : list of DPRECRound
+        One entry per configured training round.
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        codec: DPRECCodec,
+        *,
+        delta: float,
+        num_rounds: int | None = None,
+        num_clients: int | None = None,
+        reverse: str = "bound",
+        weighted_by_key: str | None = None,
+        keep_messages: bool = False,
+    ) -> None:
+        super().__init__()
+        if not isinstance(strategy, Strategy):
+            raise TypeError(f"strategy must be a flwr.serverapp.strategy.Strategy, got {type(strategy).__name__}")
+        if isinstance(strategy, DPRECStrategy):
+            raise TypeError("strategy is already a DPRECStrategy")
+        if not isinstance(codec, DPRECCodec):
+            raise TypeError(f"codec must be a DPRECCodec, got {type(codec).__name__}")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+            raise TypeError(f"delta must be a float, got {type(delta).__name__}")
+        if not 0.0 < float(delta) < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        for name, value in (("num_rounds", num_rounds), ("num_clients", num_clients)):
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                    raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+                if value < 1:
+                    raise ValueError(f"{name} must be >= 1, got {value}")
+        if reverse not in ("bound", "exact"):
+            raise ValueError(f"reverse must be 'bound' or 'exact', got {reverse!r}")
+        if weighted_by_key is not None and not isinstance(weighted_by_key, str):
+            raise TypeError(f"weighted_by_key must be a str or None, got {type(weighted_by_key).__name__}")
+        if not isinstance(keep_messages, bool):
+            raise TypeError(f"keep_messages must be a bool, got {type(keep_messages).__name__}")
+        self.strategy = strategy
+        self.codec = codec
+        self.delta = float(delta)
+        self.num_rounds = None if num_rounds is None else int(num_rounds)
+        self.num_clients = None if num_clients is None else int(num_clients)
+        self.reverse = reverse
+        self.weighted_by_key = weighted_by_key
+        self.keep_messages = keep_messages
+        self.current_arrays: ArrayRecord = ArrayRecord()
+        self._template: dict[str, np.ndarray] = {}
+        self.accountant: Any = None
+        self.history: list[DPRECRound] = []
+        self._pending: dict[int, DPRECRound] = {}
+        self._float32_wire: dict[bytes, int] = {}
+        if not (isinstance(strategy, FedAvg) and type(strategy).aggregate_train is FedAvg.aggregate_train):
+            log(
+                WARNING,
+                "DPRECStrategy: %s aggregates arrays its own way; DP-REC replaces that by the mean of the decoded "
+                "updates (only its node selection, configuration and metric aggregation are used)",
+                type(strategy).__name__,
+            )
+        if weighted_by_key is not None:
+            log(
+                WARNING,
+                "DPRECStrategy: weighting updates by %r; the DP-REC accounting assumes data-independent weights",
+                weighted_by_key,
+            )
+
+    def __repr__(self) -> str:
+        return f"DPRECStrategy({self.strategy!r}, {self.codec!r}, delta={self.delta!r})"
+
+    @property
+    def epsilon(self) -> float:
+        """Epsilon spent so far (0.0 before the first aggregated round)."""
+        return 0.0 if self.accountant is None else float(self.accountant.epsilon)
+
+    def summary(self) -> None:
+        """Log the DP-REC settings, then the wrapped strategy's summary."""
+        log(INFO, "\t├──> DP-REC settings:")
+        log(INFO, "\t│\t├── Codec: %s", self.codec)
+        log(INFO, "\t│\t├── delta: %g (sampling without replacement)", self.delta)
+        how = "uniform mean" if self.weighted_by_key is None else f"weighted by {self.weighted_by_key!r}"
+        log(INFO, "\t│\t└── Aggregation: %s", how)
+        self.strategy.summary()
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Run the strategy: Flower's ``Strategy.start``; ``num_rounds`` also plans the accounting.
+
+        Parameters are those of ``flwr.serverapp.strategy.Strategy.start``. When the wrapper
+        was built without ``num_rounds``, this call's ``num_rounds`` is the planned total
+        that the accountant checks the bit-width rule against.
+
+        Returns
+        -------
+        flwr.serverapp.strategy.Result
+            Its ``train_metrics_clientapp[round]`` hold the DP-REC metrics of each round.
+        """
+        if self.num_rounds is None:
+            self.num_rounds = int(num_rounds)
+        return super().start(
+            grid=grid,
+            initial_arrays=initial_arrays,
+            num_rounds=num_rounds,
+            timeout=timeout,
+            train_config=train_config,
+            evaluate_config=evaluate_config,
+            evaluate_fn=evaluate_fn,
+        )
+
+    # -- training ---------------------------------------------------------------------------
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Stash the global arrays, add the codec parameters and let the wrapped strategy sample."""
+        self.current_arrays = arrays
+        template = self._template = _float_arrays(arrays)
+        if not template:
+            raise ValueError("arrays has no floating-point arrays for DP-REC to update")
+        layout = self.codec.layout(template)  # checks the codec against the model before anything is sent
+        config = ConfigRecord(dict(config.items()))
+        for key in _CONFIG_KEYS:
+            config.pop(key, None)
+        config.update(codec_config(self.codec))
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        num_available = len(list(grid.get_node_ids()))
+        dst = [m.metadata.dst_node_id for m in messages]
+        if len(set(dst)) != len(dst):
+            raise ValueError(
+                "the wrapped strategy sent several train messages to one node; DP-REC accounting needs "
+                "distinct nodes (sampling without replacement)"
+            )
+        num_sampled = len(messages)
+        if num_sampled and self.accountant is None:
+            n = self.num_clients if self.num_clients is not None else num_available
+            self.accountant = self.codec.accountant(
+                template,
+                num_clients=n,
+                clients_per_round=num_sampled,
+                delta=self.delta,
+                sampling="without_replacement",
+                rounds=self.num_rounds,
+                reverse=self.reverse,
+            )
+        if self.accountant is not None and num_available < self.accountant.num_clients:
+            log(
+                WARNING,
+                "DPRECStrategy: %d nodes connected in round %d, fewer than the N = %d of the accounting; "
+                "epsilon understates this round's sampling rate",
+                num_available,
+                server_round,
+                self.accountant.num_clients,
+            )
+        stats = DPRECRound(server_round=server_round, num_sampled=num_sampled, num_available=num_available)
+        self._pending[server_round] = stats
+        self.history.append(stats)
+        log(
+            INFO,
+            "DP-REC: round %d samples %d of %d nodes; %d groups, %d bits, %d-byte messages",
+            server_round,
+            num_sampled,
+            num_available,
+            layout.num_groups,
+            layout.total_bits,
+            layout.message_nbytes,
+        )
+        return messages
+
+    def _float32_wire_nbytes(self, layout: Layout, template: Mapping[str, np.ndarray]) -> int:
+        """Per-client size of the same arrays sent as a float32 ArrayRecord (cached per layout)."""
+        if layout.digest not in self._float32_wire:
+            key = getattr(self.strategy, "arrayrecord_key", "arrays")
+            record = ArrayRecord({k: Array(np.zeros(v.shape, dtype=np.float32)) for k, v in template.items()})
+            self._float32_wire[layout.digest] = wire_nbytes(record, key)
+        return self._float32_wire[layout.digest]
+
+    def _aggregate_metrics(self, replies: list[Message]) -> MetricRecord | None:
+        """The wrapped strategy's train-metric aggregation over the replies' MetricRecords."""
+        fn = getattr(self.strategy, "train_metrics_aggr_fn", None)
+        if fn is None or not all(len(m.content.metric_records) for m in replies):
+            return None
+        records = [RecordDict(dict(m.content.metric_records.items())) for m in replies]
+        try:
+            return fn(records, getattr(self.strategy, "weighted_by_key", "num-examples"))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            log(WARNING, "DP-REC: the wrapped strategy could not aggregate the train metrics: %r", exc)
+            return None
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Decode and average the replies' DP-REC messages in one pass; apply the mean to the global arrays."""
+        replies = list(replies)
+        stats = self._pending.pop(server_round, None)
+        if stats is None:
+            raise ValueError(f"round {server_round} was not configured by this DPRECStrategy (configure_train)")
+        template = self._template
+        layout = self.codec.layout(template)
+        ok: list[Message] = []
+        msgs: list[DPRECMessage] = []
+        wire: list[int] = []
+        raw_weights: list[float] = []
+        for reply in replies:
+            if reply.has_error():
+                stats.num_failed += 1
+                log(INFO, "DP-REC: error reply from node %d: %s", reply.metadata.src_node_id, reply.error.reason)
+                continue
+            src = reply.metadata.src_node_id
+            try:
+                name, record, msg = _read_reply(reply, layout)
+                if self.weighted_by_key is not None:
+                    raw_weights.append(_metric(reply, self.weighted_by_key))
+            except (TypeError, ValueError) as exc:
+                stats.num_rejected += 1
+                log(WARNING, "DP-REC: skipping the reply of node %d: %s", src, exc)
+                continue
+            ok.append(reply)
+            msgs.append(msg)
+            wire.append(wire_nbytes(record, name))
+        log(
+            INFO,
+            "aggregate_train: %d DP-REC messages, %d failures, %d rejected",
+            len(msgs),
+            stats.num_failed,
+            stats.num_rejected,
+        )
+        stats.epsilon, stats.delta = self.epsilon, self.delta
+        if not msgs:
+            return None, None
+        weights = None
+        if self.weighted_by_key is not None:
+            w = np.asarray(raw_weights, dtype=np.float64)
+            if not w.sum() > 0:
+                log(WARNING, "DP-REC: the weights %r sum to %s; no aggregation", self.weighted_by_key, w.sum())
+                return None, None
+            weights = w / w.sum()
+        mean = self.codec.aggregate(msgs, template, weights=weights)
+        new = ArrayRecord()
+        for key, arr in self.current_arrays.items():
+            if key in mean:
+                g = template[key]
+                new[key] = Array(np.asarray(g + mean[key], dtype=g.dtype))
+            else:
+                new[key] = arr
+        accounting = self.accountant.step(clients_per_round=stats.num_sampled)
+        stats.num_aggregated = len(msgs)
+        stats.epsilon = float(accounting.epsilon)
+        stats.delta = float(accounting.delta)
+        stats.message_bytes = tuple(m.nbytes for m in msgs)
+        stats.wire_bytes = tuple(wire)
+        stats.float32_wire_bytes = self._float32_wire_nbytes(layout, template)
+        if self.keep_messages:
+            stats.messages = tuple(m.to_bytes() for m in msgs)
+        per_client = _mean_int(stats.wire_bytes)
+        log(
+            INFO,
+            "DP-REC round %d: epsilon = %.4f at delta = %g after %d rounds (%d of %d clients per round, "
+            "without replacement); %s bytes per client on the wire vs %d as float32 (%.0fx less)",
+            server_round,
+            stats.epsilon,
+            stats.delta,
+            self.accountant.rounds,
+            stats.num_sampled,
+            self.accountant.num_clients,
+            per_client,
+            stats.float32_wire_bytes,
+            stats.float32_wire_bytes / per_client,
+        )
+        metrics = self._aggregate_metrics(ok)
+        metrics = MetricRecord() if metrics is None else metrics
+        metrics["dprec-epsilon"] = stats.epsilon
+        metrics["dprec-delta"] = stats.delta
+        metrics["dprec-clients"] = stats.num_aggregated
+        metrics["dprec-message-bytes"] = _mean_int(stats.message_bytes)
+        metrics["dprec-wire-bytes"] = per_client
+        metrics["float32-wire-bytes"] = stats.float32_wire_bytes
+        return new, metrics
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Delegated to the wrapped strategy."""
+        return self.strategy.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Delegated to the wrapped strategy."""
+        return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _read_reply(reply: Message, layout: Layout) -> tuple[str, ConfigRecord, DPRECMessage]:
+    """The DP-REC record of a reply (its name and the record) and its parsed message, checked against ``layout``."""
+    found = _find_config(reply.content, MESSAGE_KEY)
+    if found is None:
+        raise ValueError(f"no ConfigRecord holds {MESSAGE_KEY!r} (is dprec_mod in the ClientApp's mods?)")
+    name, record = found
+    blob = record[MESSAGE_KEY]
+    if not isinstance(blob, bytes):
+        raise TypeError(f"{MESSAGE_KEY!r} holds {type(blob).__name__}, not bytes")
+    msg = DPRECMessage.from_bytes(blob)
+    if msg.layout_digest != layout.digest or msg.bits != layout.bits:
+        raise ValueError(
+            f"the message's layout digest {msg.layout_digest.hex()} does not match the global model and codec "
+            f"({layout.digest.hex()}): tensor names, shapes, bits, max_group_size or sigma differ"
+        )
+    return name, record, msg
+
+
+def _metric(reply: Message, key: str) -> float:
+    for rec in reply.content.metric_records.values():
+        if key in rec:
+            value = rec[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"metric {key!r} must be a finite number >= 0, got {value!r}")
+            return float(value)
+    raise ValueError(f"no MetricRecord holds the weight {key!r}")
+
+
+def _mean_int(values: tuple[int, ...]) -> int | float:
+    """The mean of per-client sizes: an int when they are all equal (the usual case)."""
+    if len(set(values)) == 1:
+        return int(values[0])
+    return float(np.mean(values))

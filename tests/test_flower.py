@@ -1,0 +1,531 @@
+"""dprec.flower: the client mod, the strategy wrapper, and a real Flower simulation (Ray)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+import pytest
+
+if sys.version_info < (3, 11):
+    pytest.skip("dprec.flower is tested with flwr's Message API on Python >= 3.11", allow_module_level=True)
+pytest.importorskip("flwr")
+pytest.importorskip("scipy")
+
+from flwr.app import (  # noqa: E402
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.common.constant import ErrorCode  # noqa: E402
+from flwr.serverapp import ServerApp  # noqa: E402
+from flwr.serverapp.strategy import FedAvg  # noqa: E402
+
+from dprec import DPRECCodec, DPRECMessage  # noqa: E402
+from dprec.flower import (  # noqa: E402
+    CONFIG_BITS,
+    CONFIG_CLIP_MULTIPLIER,
+    CONFIG_MAX_GROUP_SIZE,
+    CONFIG_SIGMA,
+    MESSAGE_KEY,
+    RECORD_KEY,
+    STATE_KEY,
+    DPRECStrategy,
+    codec_config,
+    codec_from_config,
+    dprec_mod,
+    wire_nbytes,
+)
+
+SIGMA = 0.05
+CLIP = 1.0
+BITS = 7
+GROUP = 64
+DELTA = 1e-3
+NUM_NODES = 5
+NUM_ROUNDS = 3
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    """Flower stamps instruction messages with the identity of the running app; give the tests one."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = {k: TaskIdentity.__dict__[k] for k in ("_task_id", "_run_id", "_node_id")}
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    for k, v in saved.items():
+        setattr(TaskIdentity, k, v)
+
+
+def make_codec() -> DPRECCodec:
+    return DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=BITS, max_group_size=GROUP)
+
+
+# --------------------------------------------------------------------------------------
+# A tiny NumPy model: linear least squares, one deterministic gradient step per round.
+# --------------------------------------------------------------------------------------
+
+
+def initial_arrays() -> ArrayRecord:
+    rng = np.random.default_rng(7)
+    return ArrayRecord(
+        {
+            "fc.weight": Array(rng.normal(0.0, 0.1, size=(64, 10)).astype(np.float32)),
+            "fc.bias": Array(np.zeros(10, dtype=np.float32)),
+            "steps": Array(np.array([0], dtype=np.int64)),  # an integer buffer: never sent back
+        }
+    )
+
+
+def local_data(partition: int) -> tuple[np.ndarray, np.ndarray]:
+    # Data sizes differ between nodes, so a mean weighted by num-examples would differ from the uniform one.
+    rng = np.random.default_rng(1000 + partition)
+    n = 16 + 8 * (partition % 5)
+    x = rng.normal(size=(n, 64)).astype(np.float32)
+    y = rng.normal(size=(n, 10)).astype(np.float32)
+    return x, y
+
+
+def local_step(arrays: ArrayRecord, partition: int) -> tuple[dict[str, np.ndarray], float]:
+    w, b = arrays["fc.weight"].numpy(), arrays["fc.bias"].numpy()
+    x, y = local_data(partition)
+    err = x @ w + b - y
+    loss = float(np.mean(err**2))
+    lr = np.float32(0.01)
+    new = {
+        "fc.weight": (w - lr * (x.T @ err) / np.float32(len(x))).astype(np.float32),
+        "fc.bias": (b - lr * err.mean(axis=0)).astype(np.float32),
+        "steps": arrays["steps"].numpy() + 1,
+    }
+    return new, loss
+
+
+def train_fn(msg: Message, context: Context) -> Message:
+    partition = int(context.node_config.get("partition-id", context.node_id))
+    new, loss = local_step(msg.content["arrays"], partition)
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord({k: Array(v) for k, v in new.items()}),
+            "metrics": MetricRecord({"num-examples": len(local_data(partition)[0]), "train-loss": loss}),
+        }
+    )
+    return Message(content, reply_to=msg)
+
+
+def evaluate_fn(msg: Message, context: Context) -> Message:
+    _, loss = local_step(msg.content["arrays"], int(context.node_config.get("partition-id", context.node_id)))
+    return Message(RecordDict({"metrics": MetricRecord({"num-examples": 32, "eval-loss": loss})}), reply_to=msg)
+
+
+def make_context(node_id: int = 1) -> Context:
+    return Context(run_id=1, node_id=node_id, node_config={"partition-id": node_id}, state=RecordDict(), run_config={})
+
+
+def train_message(codec: DPRECCodec | None, arrays: ArrayRecord | None = None, node_id: int = 1) -> Message:
+    config = ConfigRecord({"server-round": 1, **(codec_config(codec) if codec is not None else {})})
+    content = RecordDict({"arrays": initial_arrays() if arrays is None else arrays, "config": config})
+    return Message(content, dst_node_id=node_id, message_type=MessageType.TRAIN)
+
+
+def float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: a.numpy() for k, a in record.items() if a.numpy().dtype.kind == "f"}
+
+
+# --------------------------------------------------------------------------------------
+# Config keys
+# --------------------------------------------------------------------------------------
+
+
+def test_codec_config_round_trips():
+    codec = make_codec()
+    cfg = codec_config(codec)
+    assert cfg == {CONFIG_SIGMA: SIGMA, CONFIG_CLIP_MULTIPLIER: CLIP, CONFIG_BITS: BITS, CONFIG_MAX_GROUP_SIZE: GROUP}
+    back = codec_from_config(ConfigRecord(cfg))  # through Flower's record type
+    assert (back.sigma, back.clip_multiplier, back.bits, back.max_group_size) == (SIGMA, CLIP, BITS, GROUP)
+
+    per_tensor = DPRECCodec(sigma=0.1, clip_multiplier=0.5, bits={"fc.bias": 3, "fc.weight": 9})
+    cfg = codec_config(per_tensor)
+    assert CONFIG_MAX_GROUP_SIZE not in cfg and isinstance(cfg[CONFIG_BITS], str)
+    back = codec_from_config(ConfigRecord(cfg))
+    assert back.bits == {"fc.bias": 3, "fc.weight": 9} and back.max_group_size is None
+
+    with pytest.raises(KeyError, match="dprec.sigma"):
+        codec_from_config({CONFIG_BITS: 7, CONFIG_CLIP_MULTIPLIER: 1.0})
+    with pytest.raises(ValueError, match="dprec.bits"):
+        codec_from_config({CONFIG_SIGMA: 0.1, CONFIG_CLIP_MULTIPLIER: 1.0, CONFIG_BITS: "[1, 2]"})
+    with pytest.raises(TypeError, match="codec"):
+        codec_config("codec")
+
+
+# --------------------------------------------------------------------------------------
+# Client mod
+# --------------------------------------------------------------------------------------
+
+
+def test_mod_replaces_the_arrays_by_the_message_bytes():
+    codec = make_codec()
+    msg = train_message(codec)
+    context = make_context(3)
+    reply = dprec_mod(msg, context, train_fn)
+    assert not reply.has_error()
+    content = reply.content
+    assert len(content.array_records) == 0, "no arrays travel back"
+    assert set(content.keys()) == {"metrics", RECORD_KEY}
+    record = content[RECORD_KEY]
+    assert isinstance(record, ConfigRecord) and list(record.keys()) == [MESSAGE_KEY]
+    blob = record[MESSAGE_KEY]
+    assert isinstance(blob, bytes)
+    # The user's metrics pass unchanged; nothing about the update's norm is sent.
+    assert dict(content["metrics"]) == dict(train_fn(msg, context).content["metrics"])
+
+    # The message decodes against the server's template (floating arrays only).
+    glob = float_arrays(initial_arrays())
+    assert set(glob) == {"fc.weight", "fc.bias"}
+    message = DPRECMessage.from_bytes(blob)
+    assert message.nbytes == len(blob) == codec.layout(glob).message_nbytes
+    decoded = codec.decode(message, glob)
+    assert {k: v.shape for k, v in decoded.items()} == {k: v.shape for k, v in glob.items()}
+
+    # Diagnostics stay in the local state.
+    new, _ = local_step(initial_arrays(), 3)
+    norm = np.sqrt(sum(np.sum((new[k].astype(np.float64) - glob[k]) ** 2) for k in glob))
+    state = context.state[STATE_KEY]
+    assert isinstance(state, MetricRecord)
+    assert state["norm"] == pytest.approx(norm, rel=1e-5)
+    assert state["clip-norm"] == pytest.approx(SIGMA * CLIP)
+    assert state["clipped"] == int(norm > SIGMA * CLIP) == 1
+    assert state["message-bytes"] == len(blob)
+    assert state["rounds"] == 1 and state["clipped-rounds"] == 1
+    dprec_mod(train_message(codec), context, train_fn)
+    assert context.state[STATE_KEY]["rounds"] == 2 and context.state[STATE_KEY]["clipped-rounds"] == 2
+
+
+def test_mod_messages_are_fresh_and_within_the_clip():
+    # Two encodes of the same update use different OS seeds; a tiny update is not clipped.
+    codec = DPRECCodec(sigma=10.0, clip_multiplier=CLIP, bits=BITS, max_group_size=GROUP)
+    context = make_context(2)
+    blobs = [dprec_mod(train_message(codec), context, train_fn).content[RECORD_KEY][MESSAGE_KEY] for _ in range(2)]
+    assert DPRECMessage.from_bytes(blobs[0]).seed != DPRECMessage.from_bytes(blobs[1]).seed
+    assert context.state[STATE_KEY]["clipped"] == 0 and context.state[STATE_KEY]["clipped-rounds"] == 0
+
+
+def test_mod_passes_non_train_messages_and_error_replies():
+    codec = make_codec()
+    msg = Message(RecordDict({"arrays": initial_arrays()}), dst_node_id=1, message_type=MessageType.EVALUATE)
+    expected = []
+
+    def call_next(m, c):
+        out = evaluate_fn(m, c)
+        expected.append(out)
+        return out
+
+    assert dprec_mod(msg, make_context(), call_next) is expected[0]
+
+    def failing(m, c):
+        return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason="boom"), reply_to=m)
+
+    reply = dprec_mod(train_message(codec), make_context(), failing)
+    assert reply.has_error() and reply.error.reason == "boom"
+
+
+def _arrays_reply(arrays: dict[str, np.ndarray]):
+    def call_next(m, c):
+        record = ArrayRecord({k: Array(v) for k, v in arrays.items()})
+        return Message(RecordDict({"arrays": record, "metrics": MetricRecord({"num-examples": 1})}), reply_to=m)
+
+    return call_next
+
+
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("no-dprec-config", "DPRECStrategy"),
+        ("missing-key", "extra: \\[\\], missing: \\['fc.bias'\\]"),
+        ("extra-key", "extra: \\['other'\\]"),
+        ("shape", "'fc.bias' has shape"),
+        ("dtype", "'fc.bias' has dtype"),
+        ("no-arrays", "exactly one ArrayRecord in the train reply, found 0"),
+    ],
+)
+def test_mod_error_replies(case, match):
+    codec = make_codec()
+    glob = {k: a.numpy() for k, a in initial_arrays().items()}
+    good = dict(glob)
+    call_next = _arrays_reply(good)
+    msg = train_message(codec)
+    if case == "no-dprec-config":
+        msg = train_message(None)
+        call_next = train_fn
+    elif case == "missing-key":
+        call_next = _arrays_reply({k: v for k, v in good.items() if k != "fc.bias"})
+    elif case == "extra-key":
+        call_next = _arrays_reply({**good, "other": np.zeros(2, np.float32)})
+    elif case == "shape":
+        call_next = _arrays_reply({**good, "fc.bias": np.zeros(11, np.float32)})
+    elif case == "dtype":
+        call_next = _arrays_reply({**good, "fc.bias": np.zeros(10, np.int32)})
+    elif case == "no-arrays":
+
+        def call_next(m, c):
+            return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}), reply_to=m)
+
+    reply = dprec_mod(msg, make_context(), call_next)
+    assert reply.has_error()
+    assert reply.error.code == ErrorCode.MOD_FAILED_PRECONDITION
+    assert reply.error.reason.startswith("dprec_mod: ")
+    assert re.search(match, reply.error.reason), reply.error.reason
+
+
+def test_mod_float64_and_float16_updates():
+    codec = DPRECCodec(sigma=1.0, bits=5)
+    arrays = ArrayRecord(
+        {"a": Array(np.ones((3, 2), np.float64)), "h": Array(np.ones(4, np.float16)), "n": Array(np.arange(3))}
+    )
+    new = {"a": np.full((3, 2), 1.25), "h": np.full(4, 0.5, np.float16), "n": np.arange(3) + 5}
+    context = make_context()
+    reply = dprec_mod(train_message(codec, arrays), context, _arrays_reply(new))
+    assert not reply.has_error()
+    norm = np.sqrt(6 * 0.25**2 + 4 * 0.5**2)
+    assert context.state[STATE_KEY]["norm"] == pytest.approx(norm)
+    message = DPRECMessage.from_bytes(reply.content[RECORD_KEY][MESSAGE_KEY])
+    assert message.num_groups == 2  # the integer array is left out
+
+
+# --------------------------------------------------------------------------------------
+# Strategy wrapper, driven by hand (the simulation below drives it through Flower)
+# --------------------------------------------------------------------------------------
+
+
+class StaticGrid:
+    """The one Grid method FedAvg's node sampling calls; messages are answered by hand below."""
+
+    def __init__(self, n: int) -> None:
+        self.nodes = list(range(101, 101 + n))
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+
+def answer(messages, *, mod=dprec_mod):
+    return [mod(m, make_context(m.metadata.dst_node_id), train_fn) for m in messages]
+
+
+def reference_epsilons(codec, template, *, rounds, num_clients, clients_per_round):
+    acc = codec.accountant(
+        template,
+        num_clients=num_clients,
+        clients_per_round=clients_per_round,
+        delta=DELTA,
+        sampling="without_replacement",
+        rounds=rounds,
+    )
+    return [acc.step().epsilon for _ in range(rounds)]
+
+
+def test_strategy_round_by_hand():
+    codec = make_codec()
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_rounds=2,
+        keep_messages=True,
+    )
+    grid = StaticGrid(6)
+    arrays = initial_arrays()
+    user_config = ConfigRecord({"lr": 0.1})
+    messages = list(strategy.configure_train(1, arrays, user_config, grid))
+    assert len(messages) == 3 and len({m.metadata.dst_node_id for m in messages}) == 3
+    assert dict(user_config) == {"lr": 0.1}, "the caller's config is not modified"
+    cfg = messages[0].content["config"]
+    assert {k: cfg[k] for k in codec_config(codec)} == codec_config(codec) and cfg["lr"] == 0.1
+    assert strategy.current_arrays is arrays
+    assert (strategy.history[0].num_sampled, strategy.history[0].num_available) == (3, 6)
+
+    replies = answer(messages)
+    replies.append(Message(Error(code=0, reason="node crashed"), reply_to=messages[0]))
+    new, metrics = strategy.aggregate_train(1, replies)
+    stats = strategy.history[0]
+    assert (stats.num_aggregated, stats.num_failed, stats.num_rejected) == (3, 1, 0)
+
+    glob = float_arrays(arrays)
+    mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], glob)
+    assert set(new.keys()) == {"fc.weight", "fc.bias", "steps"}
+    for k in glob:
+        np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
+        assert new[k].numpy().dtype == np.float32
+    np.testing.assert_array_equal(new["steps"].numpy(), [0])  # the server keeps its integer arrays
+
+    eps = reference_epsilons(codec, glob, rounds=2, num_clients=6, clients_per_round=3)
+    assert metrics["dprec-epsilon"] == strategy.epsilon == stats.epsilon == eps[0] > 0
+    assert metrics["dprec-delta"] == DELTA
+    assert metrics["dprec-clients"] == 3
+    assert metrics["dprec-message-bytes"] == codec.layout(glob).message_nbytes
+    assert metrics["dprec-wire-bytes"] == wire_nbytes(replies[0].content[RECORD_KEY], RECORD_KEY)
+    assert metrics["float32-wire-bytes"] == wire_nbytes(ArrayRecord({k: Array(v) for k, v in glob.items()}), "arrays")
+    assert 20 * metrics["dprec-wire-bytes"] < metrics["float32-wire-bytes"]
+    # FedAvg's metric aggregation (weighted by num-examples) still runs.
+    m = [r.content["metrics"] for r in replies[:3]]
+    expected_loss = sum(x["train-loss"] * x["num-examples"] for x in m) / sum(x["num-examples"] for x in m)
+    assert metrics["train-loss"] == pytest.approx(expected_loss)
+
+    # Round 2 from the new global arrays: epsilon composes.
+    messages = list(strategy.configure_train(2, new, ConfigRecord(), grid))
+    _, metrics = strategy.aggregate_train(2, answer(messages))
+    assert metrics["dprec-epsilon"] == eps[1] > eps[0]
+
+
+def test_strategy_skips_bad_replies_and_returns_none_without_messages():
+    codec = make_codec()
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_rounds=3)
+    grid = StaticGrid(3)
+    messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), grid))
+    good = answer(messages[:1])
+    # A client without the mod (arrays travel), and one whose message is for another model.
+    plain = [train_fn(messages[1], make_context(1))]
+    other_codec = DPRECCodec(sigma=2 * SIGMA, clip_multiplier=CLIP, bits=BITS, max_group_size=GROUP)
+    msg = messages[2]
+    msg.content["config"] = ConfigRecord({**dict(msg.content["config"]), **codec_config(other_codec)})
+    wrong = answer([msg])
+    new, metrics = strategy.aggregate_train(1, good + plain + wrong)
+    stats = strategy.history[0]
+    assert (stats.num_aggregated, stats.num_rejected) == (1, 2)
+    assert metrics["dprec-clients"] == 1 and new is not None
+    assert strategy.accountant.rounds == 1
+
+    messages = list(strategy.configure_train(2, new, ConfigRecord(), grid))
+    errors = [Message(Error(code=0, reason="x"), reply_to=m) for m in messages]
+    assert strategy.aggregate_train(2, errors) == (None, None)
+    assert strategy.accountant.rounds == 1, "nothing was released, nothing is accounted"
+    with pytest.raises(ValueError, match="not configured"):
+        strategy.aggregate_train(7, [])
+
+
+def test_strategy_weighted_by_key():
+    codec = make_codec()
+    strategy = DPRECStrategy(
+        FedAvg(min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, weighted_by_key="w", keep_messages=True
+    )
+    grid = StaticGrid(2)
+    arrays = initial_arrays()
+    messages = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
+    replies = answer(messages)
+    for i, r in enumerate(replies):
+        r.content["metrics"]["w"] = float(i + 1)
+    new, _ = strategy.aggregate_train(1, replies)
+    glob = float_arrays(arrays)
+    msgs = [DPRECMessage.from_bytes(b) for b in strategy.history[0].messages]
+    mean = codec.aggregate(msgs, glob, weights=np.array([1.0, 2.0]) / 3.0)
+    for k in glob:
+        np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
+
+
+def test_strategy_arguments():
+    codec = make_codec()
+    with pytest.raises(TypeError, match="strategy"):
+        DPRECStrategy(object(), codec, delta=DELTA)
+    with pytest.raises(TypeError, match="codec"):
+        DPRECStrategy(FedAvg(), "codec", delta=DELTA)
+    with pytest.raises(ValueError, match="delta"):
+        DPRECStrategy(FedAvg(), codec, delta=1.5)
+    with pytest.raises(ValueError, match="num_rounds"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, num_rounds=0)
+    with pytest.raises(ValueError, match="reverse"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="loose")
+    # The bit-width rule is checked when the first round is configured, before anything is sent.
+    few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50)
+    with pytest.raises(ValueError, match="bits"):
+        strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
+
+
+# --------------------------------------------------------------------------------------
+# A real Flower simulation (Ray backend)
+# --------------------------------------------------------------------------------------
+
+
+def test_flower_simulation():
+    pytest.importorskip("ray")
+    from flwr.simulation import run_simulation
+
+    class RecordingStrategy(DPRECStrategy):
+        """Records what arrives at the server (in the test process: ServerApp runs in a thread here)."""
+
+        def aggregate_train(self, server_round, replies):
+            replies = list(replies)
+            self.__dict__.setdefault("replies", []).append([r.content for r in replies])
+            return super().aggregate_train(server_round, replies)
+
+    codec = make_codec()
+    out: dict = {}
+
+    client_app = ClientApp(mods=[dprec_mod])
+    client_app.train()(train_fn)
+    client_app.evaluate()(evaluate_fn)
+
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid, context):
+        strategy = RecordingStrategy(
+            # min_train_nodes: FedAvg sizes its sample from the nodes connected so far, before it waits for
+            # min_available_nodes; this makes B = 3 even if a node connects late.
+            FedAvg(fraction_train=0.6, fraction_evaluate=0.4, min_train_nodes=3, min_available_nodes=NUM_NODES),
+            codec,
+            delta=DELTA,
+            keep_messages=True,
+        )
+        globals_ = {}
+
+        def central_eval(server_round, arrays):
+            globals_[server_round] = {k: a.numpy() for k, a in arrays.items()}
+            return MetricRecord({"round": server_round})
+
+        out["result"] = strategy.start(
+            grid=grid, initial_arrays=initial_arrays(), num_rounds=NUM_ROUNDS, evaluate_fn=central_eval
+        )
+        out["strategy"], out["globals"] = strategy, globals_
+
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=NUM_NODES,
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}},
+    )
+
+    result, strategy, globals_ = out["result"], out["strategy"], out["globals"]
+    assert sorted(globals_) == list(range(NUM_ROUNDS + 1))
+    assert strategy.num_rounds == NUM_ROUNDS  # taken from start()
+    template = float_arrays(initial_arrays())
+    eps = reference_epsilons(codec, template, rounds=NUM_ROUNDS, num_clients=NUM_NODES, clients_per_round=3)
+    for r in range(1, NUM_ROUNDS + 1):
+        stats = strategy.history[r - 1]
+        assert (stats.server_round, stats.num_sampled, stats.num_available, stats.num_aggregated) == (r, 3, 5, 3)
+        # The new global model is exactly the stashed one plus the one-pass mean of the messages.
+        mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+        for k in template:
+            np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
+        np.testing.assert_array_equal(globals_[r]["steps"], [0])
+        # Epsilon: the accountant stepped once per round, sampling without replacement.
+        metrics = result.train_metrics_clientapp[r]
+        assert metrics["dprec-epsilon"] == pytest.approx(eps[r - 1], rel=1e-12)
+        assert metrics["dprec-clients"] == 3
+        assert 20 * metrics["dprec-wire-bytes"] < metrics["float32-wire-bytes"]
+        assert metrics["dprec-wire-bytes"] < metrics["dprec-message-bytes"] + 40
+        assert "train-loss" in metrics
+        assert "eval-loss" in result.evaluate_metrics_clientapp[r]  # evaluation delegated unchanged
+        # What crossed the wire: bytes in a ConfigRecord, the user's metrics, no arrays, no norms.
+        for content in strategy.replies[r - 1]:
+            assert len(content.array_records) == 0
+            assert set(content.keys()) == {"metrics", RECORD_KEY}
+            assert list(content[RECORD_KEY].keys()) == [MESSAGE_KEY]
+            assert isinstance(content[RECORD_KEY][MESSAGE_KEY], bytes)
+            assert set(content["metrics"].keys()) == {"num-examples", "train-loss"}
+    assert eps[0] < eps[1] < eps[2]
+    np.testing.assert_array_equal(result.arrays["fc.weight"].numpy(), globals_[NUM_ROUNDS]["fc.weight"])
