@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("scipy")
 
+from dprec import DPRECCodec  # noqa: E402
 from dprec.accounting import (  # noqa: E402 - after the SciPy check
     SAMPLING_SCHEMES,
     DPRECPrivacyWarning,
@@ -357,3 +358,75 @@ def test_without_replacement_edge_cases():
     # Large orders stay finite and below the cap; the curve grows with the order.
     big = sampled_gaussian_rdp_without_replacement(1, 1000, 3.0, np.array([2.0, 100.0, 1500.0]))
     assert np.all(np.isfinite(big)) and np.all(np.diff(big) > 0) and big[-1] <= 2 * 1500 / 9.0
+
+
+# --------------------------------------------------------------------------------------
+# The round accountant's sampling_rate path (Poisson rates that are not multiples of 1/N;
+# used by dprec.flower.DPRECStrategy(sampling="poisson"))
+ACC = dict(clip_multiplier=0.5, bits=64, num_clients=10, delta=1e-5, sampling="poisson")
+
+
+def test_accountant_sampling_rate_equals_clients_per_round_when_integral():
+    # 0.3 * 10 is 3 up to rounding: the same curve, the same rho count, the same numbers.
+    by_count, by_rate = DPRECRoundAccountant(clients_per_round=3, **ACC), DPRECRoundAccountant(sampling_rate=0.3, **ACC)
+    assert by_rate.clients_per_round == 3 and by_rate.sampling_rate == 0.3 and by_count.sampling_rate is None
+    for _ in range(4):
+        assert by_rate.step() == by_count.step()
+    stepped = DPRECRoundAccountant(clients_per_round=5, **ACC)
+    for _ in range(4):
+        stepped.step(sampling_rate=0.3)
+    assert stepped.accounting == by_count.accounting
+    whole = dprec_epsilon(rounds=4, clients_per_round=3, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
+                          sampling="poisson")
+    assert by_rate.accounting == whole
+
+
+def test_accountant_sampling_rate_between_multiples():
+    acc = DPRECRoundAccountant(sampling_rate=0.25, **ACC)
+    assert acc.clients_per_round == 3  # ceil(2.5): the expected count, rounded up, in rho
+    result = acc.step(rounds=6)
+    alphas = np.arange(2.0, 258.0)
+    overhead = dprec_overhead(18, 0.5, 64)
+    eps = np.min(2 * 6 * dprec_forward_rdp(0.5, 0.25, alphas) - np.log(1e-5 - overhead) / (alphas - 1))
+    assert result.epsilon == pytest.approx(eps, rel=1e-12)
+    assert (result.sampling_rate, result.messages, result.steps, result.rounds) == (0.25, 18, 6, 6)
+    assert result.overhead == overhead
+    lo = dprec_epsilon(rounds=6, clients_per_round=2, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
+                       sampling="poisson")
+    hi = dprec_epsilon(rounds=6, clients_per_round=3, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
+                       sampling="poisson")
+    assert lo.epsilon < result.epsilon < hi.epsilon
+    # Mixed rates: the curves add up; the reported rate is the average.
+    mixed = DPRECRoundAccountant(sampling_rate=0.25, **ACC)
+    mixed.step(rounds=2)
+    out = mixed.step(clients_per_round=2)
+    assert out.sampling_rate == pytest.approx((2 * 0.25 + 0.2) / 3) and out.messages == 8
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda: DPRECRoundAccountant(sampling_rate=0.0, **ACC), ValueError, "sampling_rate"),
+        (lambda: DPRECRoundAccountant(sampling_rate=1.5, **ACC), ValueError, "sampling_rate"),
+        (lambda: DPRECRoundAccountant(sampling_rate=0.5, clients_per_round=5, **ACC), ValueError, "not both"),
+        (lambda: DPRECRoundAccountant(**ACC), TypeError, "clients_per_round"),
+        (lambda: DPRECRoundAccountant(sampling_rate=0.5, **dict(ACC, sampling="without_replacement")), ValueError,
+         "sampling_rate"),
+        (lambda: DPRECRoundAccountant(clients_per_round=2, **dict(ACC, sampling="with_replacement")).step(
+            sampling_rate=0.5), ValueError, "sampling_rate"),
+        (lambda: DPRECRoundAccountant(clients_per_round=2, **ACC).step(2, sampling_rate=0.5), ValueError, "not both"),
+    ],
+)
+def test_accountant_sampling_rate_errors(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+def test_codec_accountant_passes_the_sampling_rate():
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.5, bits=16)
+    template = {"w": np.zeros(4, np.float32), "b": np.zeros(3, np.float32), "c": np.zeros(1, np.float32)}
+    acc = codec.accountant(template, num_clients=10, delta=1e-5, sampling="poisson", sampling_rate=0.25)
+    ref = DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=48))
+    assert acc.step(rounds=3) == ref.step(rounds=3)
+
+

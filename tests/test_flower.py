@@ -27,9 +27,10 @@ from flwr.app import (  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.common.constant import ErrorCode  # noqa: E402
 from flwr.serverapp import ServerApp  # noqa: E402
-from flwr.serverapp.strategy import FedAvg  # noqa: E402
+from flwr.serverapp.strategy import FedAvg, FedProx  # noqa: E402
 
 from dprec import DPRECCodec, DPRECMessage  # noqa: E402
+from dprec.accounting import DPRECRoundAccountant  # noqa: E402
 from dprec.flower import (  # noqa: E402
     CONFIG_BITS,
     CONFIG_CLIP_MULTIPLIER,
@@ -446,41 +447,173 @@ def test_strategy_arguments():
 
 
 # --------------------------------------------------------------------------------------
+# Poisson sampling by the wrapper
+# --------------------------------------------------------------------------------------
+
+
+def poisson_strategy(rate=0.3, seed=0, strategy=None, **kwargs) -> DPRECStrategy:
+    inner = FedAvg(min_available_nodes=1, min_train_nodes=1) if strategy is None else strategy
+    return DPRECStrategy(
+        inner, make_codec(), delta=DELTA, sampling="poisson", sampling_rate=rate, rng=np.random.default_rng(seed),
+        **kwargs,
+    )
+
+
+def test_poisson_selection_frequency():
+    # Each node is selected independently with probability q: over many rounds, every node's frequency and
+    # the per-round count's mean and variance match Binomial(N, q).
+    rate, n_nodes, rounds = 0.3, 25, 400
+    strategy = poisson_strategy(rate, seed=123)
+    grid = StaticGrid(n_nodes)
+    arrays = initial_arrays()
+    hits = dict.fromkeys(grid.nodes, 0)
+    counts = []
+    for r in range(1, rounds + 1):
+        messages = list(strategy.configure_train(r, arrays, ConfigRecord(), grid))
+        for m in messages:
+            hits[m.metadata.dst_node_id] += 1
+        counts.append(len(messages))
+        assert strategy.history[-1].num_sampled == len(messages)
+        assert strategy.history[-1].num_available == n_nodes
+    per_node = np.array(list(hits.values()))
+    tol_node = 5 * np.sqrt(rounds * rate * (1 - rate))
+    assert np.all(np.abs(per_node - rounds * rate) < tol_node), per_node
+    tol_total = 5 * np.sqrt(rounds * n_nodes * rate * (1 - rate))
+    assert abs(per_node.sum() - rounds * n_nodes * rate) < tol_total
+    counts = np.array(counts)
+    assert abs(counts.var() - n_nodes * rate * (1 - rate)) < 0.2 * n_nodes * rate * (1 - rate)
+    assert counts.min() < counts.max(), "the number of clients varies from round to round"
+    # Selection reads only the generator: the same seed selects the same nodes, a fresh (OS-seeded) one does not.
+    a, b = poisson_strategy(rate, seed=5), poisson_strategy(rate, seed=5)
+    assert [a.select_nodes(grid.nodes) for _ in range(20)] == [b.select_nodes(grid.nodes[::-1]) for _ in range(20)]
+    fresh = [DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, sampling="poisson", sampling_rate=0.5) for _ in "ab"]
+    assert fresh[0]._rng.bit_generator.seed_seq.entropy != fresh[1]._rng.bit_generator.seed_seq.entropy
+    assert poisson_strategy(1.0).select_nodes([3, 1, 2, 3]) == [1, 2, 3]
+
+
+def test_poisson_rounds_by_hand():
+    # Seed 4 selects 0, 1, 1 and 0 of 3 nodes at q = 0.3 (draws in node-id order): two empty rounds.
+    rate, seed, expected_counts = 0.3, 4, [0, 1, 1, 0]
+    codec = make_codec()
+    inner = FedProx(proximal_mu=0.5, fraction_train=0.1, min_train_nodes=2, min_available_nodes=1)
+    strategy = poisson_strategy(rate, seed, strategy=inner, num_rounds=4, keep_messages=True)
+    grid = StaticGrid(3)
+    shadow = np.random.default_rng(seed)  # the same draws, to know which nodes must be selected
+    arrays = initial_arrays()
+    template = float_arrays(arrays)
+    reference = DPRECRoundAccountant(
+        clip_multiplier=CLIP, bits=codec.layout(template).total_bits, groups=codec.layout(template).num_groups,
+        num_clients=3, delta=DELTA, sampling="poisson", sampling_rate=rate,
+    )
+    for r, count in enumerate(expected_counts, start=1):
+        messages = list(strategy.configure_train(r, arrays, ConfigRecord({"lr": 0.1}), grid))
+        chosen = [n for n, u in zip(grid.nodes, shadow.random(3)) if u < rate]
+        assert len(chosen) == count
+        assert sorted(m.metadata.dst_node_id for m in messages) == chosen
+        # The wrapped strategy's settings are restored after it built the messages for the chosen nodes.
+        assert (inner.fraction_train, inner.min_train_nodes, inner.min_available_nodes) == (0.1, 2, 1)
+        for m in messages:
+            # Built by the wrapped strategy (FedProx adds its proximal-mu), with the codec's parameters.
+            assert m.metadata.message_type == MessageType.TRAIN
+            cfg = m.content["config"]
+            assert {k: cfg[k] for k in codec_config(codec)} == codec_config(codec)
+            assert (cfg["server-round"], cfg["proximal-mu"], cfg["lr"]) == (r, 0.5, 0.1)
+            assert m.content["arrays"] is arrays
+        assert strategy.accountant is not None and strategy.accountant.sampling == "poisson"
+        new, metrics = strategy.aggregate_train(r, answer(messages))
+        stats = strategy.history[r - 1]
+        assert (stats.num_sampled, stats.num_aggregated) == (count, count)
+        expected_eps = reference.step().epsilon
+        assert metrics["dprec-epsilon"] == stats.epsilon == strategy.epsilon == expected_eps > 0
+        assert metrics["dprec-clients"] == count and metrics["dprec-delta"] == DELTA
+        if count:
+            mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+            for k in template:
+                np.testing.assert_array_equal(new[k].numpy(), template[k] + mean[k])
+        else:
+            assert new is arrays, "an empty round keeps the global arrays"
+        arrays, template = new, float_arrays(new)
+    assert strategy.accountant.rounds == 4
+    # A round whose selected nodes all fail is accounted too (the round's sampling happened).
+    strategy = poisson_strategy(1.0, 0)
+    messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), grid))
+    assert len(messages) == 3
+    errors = [Message(Error(code=0, reason="x"), reply_to=m) for m in messages]
+    arrays_back, metrics = strategy.aggregate_train(1, errors)
+    assert arrays_back is strategy.current_arrays and metrics["dprec-clients"] == 0
+    assert strategy.accountant.rounds == 1 and strategy.epsilon > 0
+
+
+def test_poisson_strategy_that_ignores_the_selection():
+    class FirstOnly(FedAvg):
+        def configure_train(self, server_round, arrays, config, grid):
+            return list(super().configure_train(server_round, arrays, config, grid))[:1]
+
+    strategy = poisson_strategy(1.0, 0, strategy=FirstOnly(min_available_nodes=1))
+    with pytest.raises(ValueError, match="not to exactly the 3 selected"):
+        strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
+
+
+def test_poisson_arguments():
+    codec = make_codec()
+    with pytest.raises(ValueError, match="sampling"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement")
+    with pytest.raises(ValueError, match="sampling_rate"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson")
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="sampling_rate"):
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson", sampling_rate=bad)
+    for bad in ("0.1", True):
+        with pytest.raises(TypeError, match="sampling_rate"):
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson", sampling_rate=bad)
+    with pytest.raises(TypeError, match="rng"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson", sampling_rate=0.1, rng=7)
+    with pytest.raises(ValueError, match="sampling_rate"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling_rate=0.1)
+    with pytest.raises(ValueError, match="rng"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="select_nodes"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA).select_nodes([1, 2])
+    # The bit-width rule is checked when the first Poisson round is configured, before anything is sent.
+    few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
+    strategy = DPRECStrategy(
+        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5
+    )
+    with pytest.raises(ValueError, match="bits"):
+        strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
+    assert "sampling='poisson'" in repr(poisson_strategy())
+
+
+# --------------------------------------------------------------------------------------
+
+# --------------------------------------------------------------------------------------
 # A real Flower simulation (Ray backend)
 # --------------------------------------------------------------------------------------
 
 
-def test_flower_simulation():
+class RecordingStrategy(DPRECStrategy):
+    """Records what arrives at the server (in the test process: ServerApp runs in a thread here)."""
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        self.__dict__.setdefault("replies", []).append([r.content for r in replies])
+        return super().aggregate_train(server_round, replies)
+
+
+def run_dprec_simulation(make_strategy) -> tuple:
+    """Run NUM_ROUNDS of a real Flower simulation; returns (Result, strategy, global arrays by round)."""
     pytest.importorskip("ray")
     from flwr.simulation import run_simulation
 
-    class RecordingStrategy(DPRECStrategy):
-        """Records what arrives at the server (in the test process: ServerApp runs in a thread here)."""
-
-        def aggregate_train(self, server_round, replies):
-            replies = list(replies)
-            self.__dict__.setdefault("replies", []).append([r.content for r in replies])
-            return super().aggregate_train(server_round, replies)
-
-    codec = make_codec()
     out: dict = {}
-
     client_app = ClientApp(mods=[dprec_mod])
     client_app.train()(train_fn)
     client_app.evaluate()(evaluate_fn)
-
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid, context):
-        strategy = RecordingStrategy(
-            # min_train_nodes: FedAvg sizes its sample from the nodes connected so far, before it waits for
-            # min_available_nodes; this makes B = 3 even if a node connects late.
-            FedAvg(fraction_train=0.6, fraction_evaluate=0.4, min_train_nodes=3, min_available_nodes=NUM_NODES),
-            codec,
-            delta=DELTA,
-            keep_messages=True,
-        )
+        strategy = make_strategy()
         globals_ = {}
 
         def central_eval(server_round, arrays):
@@ -498,10 +631,34 @@ def test_flower_simulation():
         num_supernodes=NUM_NODES,
         backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": 2}},
     )
-
     result, strategy, globals_ = out["result"], out["strategy"], out["globals"]
     assert sorted(globals_) == list(range(NUM_ROUNDS + 1))
     assert strategy.num_rounds == NUM_ROUNDS  # taken from start()
+    return result, strategy, globals_
+
+
+def check_wire(strategy, r):
+    """What crossed the wire in round r: bytes in a ConfigRecord, the user's metrics, no arrays, no norms."""
+    for content in strategy.replies[r - 1]:
+        assert len(content.array_records) == 0
+        assert set(content.keys()) == {"metrics", RECORD_KEY}
+        assert list(content[RECORD_KEY].keys()) == [MESSAGE_KEY]
+        assert isinstance(content[RECORD_KEY][MESSAGE_KEY], bytes)
+        assert set(content["metrics"].keys()) == {"num-examples", "train-loss"}
+
+
+def test_flower_simulation():
+    codec = make_codec()
+    result, strategy, globals_ = run_dprec_simulation(
+        lambda: RecordingStrategy(
+            # min_train_nodes: FedAvg sizes its sample from the nodes connected so far, before it waits for
+            # min_available_nodes; this makes B = 3 even if a node connects late.
+            FedAvg(fraction_train=0.6, fraction_evaluate=0.4, min_train_nodes=3, min_available_nodes=NUM_NODES),
+            codec,
+            delta=DELTA,
+            keep_messages=True,
+        )
+    )
     template = float_arrays(initial_arrays())
     eps = reference_epsilons(codec, template, rounds=NUM_ROUNDS, num_clients=NUM_NODES, clients_per_round=3)
     for r in range(1, NUM_ROUNDS + 1):
@@ -520,12 +677,62 @@ def test_flower_simulation():
         assert metrics["dprec-wire-bytes"] < metrics["dprec-message-bytes"] + 40
         assert "train-loss" in metrics
         assert "eval-loss" in result.evaluate_metrics_clientapp[r]  # evaluation delegated unchanged
-        # What crossed the wire: bytes in a ConfigRecord, the user's metrics, no arrays, no norms.
-        for content in strategy.replies[r - 1]:
-            assert len(content.array_records) == 0
-            assert set(content.keys()) == {"metrics", RECORD_KEY}
-            assert list(content[RECORD_KEY].keys()) == [MESSAGE_KEY]
-            assert isinstance(content[RECORD_KEY][MESSAGE_KEY], bytes)
-            assert set(content["metrics"].keys()) == {"num-examples", "train-loss"}
+        check_wire(strategy, r)
     assert eps[0] < eps[1] < eps[2]
+    np.testing.assert_array_equal(result.arrays["fc.weight"].numpy(), globals_[NUM_ROUNDS]["fc.weight"])
+
+
+# Poisson sampling in the simulation: this seed selects 3, 0 and 2 of the 5 nodes (draws in node-id order).
+POISSON_SEED, POISSON_RATE, POISSON_COUNTS = 0, 0.4, (3, 0, 2)
+
+
+def test_flower_simulation_poisson():
+    codec = make_codec()
+    result, strategy, globals_ = run_dprec_simulation(
+        lambda: RecordingStrategy(
+            # fraction_train and min_train_nodes are not used under Poisson sampling; min_available_nodes is.
+            FedAvg(fraction_train=0.2, fraction_evaluate=0.4, min_available_nodes=NUM_NODES),
+            codec,
+            delta=DELTA,
+            keep_messages=True,
+            sampling="poisson",
+            sampling_rate=POISSON_RATE,
+            rng=np.random.default_rng(POISSON_SEED),
+        )
+    )
+    template = float_arrays(initial_arrays())
+    # Rate q = 2/5: the accountant of the existing API at clients_per_round=2, sampling="poisson".
+    q_clients = round(POISSON_RATE * NUM_NODES)
+    for r, count in zip(range(1, NUM_ROUNDS + 1), POISSON_COUNTS):
+        stats = strategy.history[r - 1]
+        assert (stats.server_round, stats.num_sampled, stats.num_available) == (r, count, 5)
+        assert stats.num_aggregated == count
+        assert len(strategy.replies[r - 1]) == count
+        metrics = result.train_metrics_clientapp[r]
+        if count:
+            # The mean's denominator is the realised number of messages.
+            mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+            for k in template:
+                np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
+            assert "train-loss" in metrics and 20 * metrics["dprec-wire-bytes"] < metrics["float32-wire-bytes"]
+            check_wire(strategy, r)
+        else:
+            # An empty round: Flower's loop carries on; no message was sent and the global model is unchanged.
+            for k in globals_[r]:
+                np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k])
+            assert set(metrics.keys()) == {"dprec-epsilon", "dprec-delta", "dprec-clients"}
+        np.testing.assert_array_equal(globals_[r]["steps"], [0])
+        assert metrics["dprec-clients"] == count
+        # Every round is composed at rate q, the empty one too.
+        expected = codec.epsilon(
+            template, rounds=r, clients_per_round=q_clients, num_clients=NUM_NODES, delta=DELTA, sampling="poisson"
+        ).epsilon
+        assert metrics["dprec-epsilon"] == pytest.approx(expected, rel=1e-12)
+        assert "eval-loss" in result.evaluate_metrics_clientapp[r]
+    reference = DPRECRoundAccountant(
+        clip_multiplier=CLIP, bits=codec.layout(template).total_bits, num_clients=NUM_NODES, delta=DELTA,
+        sampling="poisson", sampling_rate=POISSON_RATE,
+    )
+    assert strategy.epsilon == pytest.approx(reference.step(rounds=NUM_ROUNDS).epsilon, rel=1e-12)
+    assert strategy.accountant.sampling == "poisson" and strategy.accountant.rounds == NUM_ROUNDS
     np.testing.assert_array_equal(result.arrays["fc.weight"].numpy(), globals_[NUM_ROUNDS]["fc.weight"])

@@ -1112,18 +1112,21 @@ class DPRECCodec:
         template: Any,
         *,
         num_clients: int,
-        clients_per_round: int,
+        clients_per_round: int | None = None,
         delta: float,
         sampling: str = "with_replacement",
         rounds: int | None = None,
         reverse: str = "bound",
+        sampling_rate: float | None = None,
     ) -> DPRECRoundAccountant:
         """A :class:`dprec.accounting.DPRECRoundAccountant` for a server loop using this codec.
 
         Step it once per round (``acc.step()``, or ``acc.step(clients_per_round=k)`` when a
         round had ``k`` clients); ``acc.epsilon`` is the guarantee so far. ``bits`` is
         ``self.layout(template).total_bits``; with ``rounds`` (the planned total) the bit-width
-        rule is checked now, and it is checked again at every step.
+        rule is checked now, and it is checked again at every step. For ``sampling="poisson"``
+        give either ``clients_per_round`` (the expected count, rate ``B / N``) or the rate
+        itself as ``sampling_rate``.
 
         Returns
         -------
@@ -1135,7 +1138,7 @@ class DPRECCodec:
         return dprec_rec.DPRECRoundAccountant(
             clip_multiplier=self._clip_multiplier, bits=layout.total_bits, num_clients=num_clients,
             clients_per_round=clients_per_round, delta=delta, sampling=sampling, reverse=reverse, rounds=rounds,
-            groups=layout.num_groups,
+            groups=layout.num_groups, sampling_rate=sampling_rate,
         )
 
     # -- server ---------------------------------------------------------------------------

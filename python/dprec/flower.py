@@ -9,6 +9,8 @@ Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp
     client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
     codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
     strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
+    # or, for a much tighter guarantee (see Accounting): the wrapper samples each node with probability 0.1
+    strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
 
 Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
 ``ArrayRecord`` and its metrics (with ``"num-examples"``) in a ``MetricRecord``, and
@@ -43,23 +45,49 @@ The update is ``reply - global`` of the real floating-point arrays of the global
 server decodes and averages every client's message in one pass (:meth:`DPRECCodec.aggregate`)
 and sets ``global = global + mean`` for the floating arrays, in their dtype.
 
-The mean is *uniform* (each client weighs ``1/n``): DP-REC's accounting assumes
-data-independent weights, so the wrapper does not weight by ``"num-examples"`` unless
-``weighted_by_key`` is given. Training metrics are aggregated by the wrapped strategy
+The mean is *uniform* (each client weighs ``1/n``, ``n`` the messages received): DP-REC's
+accounting assumes data-independent weights, so the wrapper does not weight by
+``"num-examples"`` unless ``weighted_by_key`` is given. Under Poisson sampling ``n`` is the
+realised number of messages, which varies from round to round; DP-REC's guarantee covers each
+client's message, and the mean of the received messages is post-processing of them.
+Training metrics are aggregated by the wrapped strategy
 (``train_metrics_aggr_fn``) and, like Flower's DP wrappers, are not covered by the guarantee.
 
 Accounting
 ----------
-Flower's ``FedAvg`` samples ``B`` distinct nodes out of the ``N`` connected ones each round
-(without replacement). The wrapper records ``B`` (train messages sent) and ``N`` in
-:meth:`DPRECStrategy.configure_train`, and steps a :meth:`DPRECCodec.accountant` with
-``sampling="without_replacement"`` once per round in which messages were received, logging
-epsilon with Flower's logger. ``N`` is the number of nodes connected when the first round
-is configured (or ``num_clients=``): give ``FedAvg`` a ``min_available_nodes`` equal to the
+``sampling=`` of :class:`DPRECStrategy` says who selects the nodes, and so which bound applies.
+
+``"without_replacement"`` (default)
+    The wrapped strategy selects: Flower's ``FedAvg`` samples ``B`` distinct nodes out of the
+    ``N`` connected ones each round. The wrapper records ``B`` (train messages sent) and ``N``
+    in :meth:`DPRECStrategy.configure_train`, and steps a :meth:`DPRECCodec.accountant` with
+    ``sampling="without_replacement"`` once per round in which messages were received. That
+    bound (Wang, Balle and Kasiviswanathan 2019, replace-one adjacency) is rigorous but loose
+    for the Gaussian.
+``"poisson"`` (recommended: a much tighter guarantee)
+    The wrapper selects: every connected node (``grid.get_node_ids()``) takes part in a round
+    independently with probability ``sampling_rate``, drawn from the OS entropy source; the
+    wrapped strategy builds the train messages for exactly those nodes (its ``fraction_train``
+    and ``min_train_nodes`` are not used; its ``min_available_nodes`` is still waited for).
+    Every round is composed at rate ``q = sampling_rate`` (``sampling="poisson"``, the sampled
+    Gaussian, as DP-FedAvg is accounted), whether or not any node was selected or replied: the
+    round's sampling happened, and an empty round is part of the mechanism's output. A round
+    that selects no node sends no train message; the wrapper then returns the global arrays
+    unchanged, with the ``"dprec-*"`` metrics (``"dprec-clients"`` = 0).
+
+For example (``dprec.accounting.dprec_epsilon``, overhead omitted), ``T = 1000`` rounds,
+``B = 10`` of ``N = 100`` clients per round (``q = 0.1``), ``c = 0.5``, ``delta = N^-1.1``:
+epsilon 110.9 sampling without replacement, 10.74 with Poisson sampling.
+
+``N`` is the number of nodes connected when the first round is configured (or
+``num_clients=``). Without replacement, give ``FedAvg`` a ``min_available_nodes`` equal to the
 population, otherwise ``N`` may be undercounted (which only overstates epsilon); ``FedAvg``
 sizes its sample from the nodes connected at that moment, so ``min_train_nodes`` fixes ``B``.
-The accountant enforces the bit-width rule (the importance-sampling overhead must stay well
-below ``delta``): split large tensors with ``max_group_size`` for enough bits per message.
+Under Poisson sampling epsilon depends on ``q`` only; ``N`` enters through the ``ceil(q N)``
+messages per round counted in the overhead (a warning is logged if more nodes connect later).
+Epsilon is logged with Flower's logger after every round. The accountant enforces the bit-width
+rule (the importance-sampling overhead must stay well below ``delta``): split large tensors
+with ``max_group_size`` for enough bits per message.
 
 Clients' diagnostics (the update's norm before clipping and
 whether it was clipped) never leave the client: they are logged at DEBUG level on the
@@ -70,6 +98,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import DEBUG, ERROR, INFO, WARNING
@@ -112,6 +141,7 @@ __all__ = [
     "MESSAGE_KEY",
     "RECORD_KEY",
     "STATE_KEY",
+    "STRATEGY_SAMPLING",
     "codec_config",
     "codec_from_config",
     "dprec_mod",
@@ -132,6 +162,8 @@ RECORD_KEY = "dprec"
 MESSAGE_KEY = "dprec.message"
 #: Key of the client's local diagnostics (a MetricRecord) in ``context.state``.
 STATE_KEY = "dprec"
+#: Values of ``DPRECStrategy(sampling=...)``.
+STRATEGY_SAMPLING = ("without_replacement", "poisson")
 
 _CONFIG_KEYS = (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS, CONFIG_MAX_GROUP_SIZE)
 
@@ -261,6 +293,20 @@ def _float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
 def _error_reply(msg: Message, reason: str) -> Message:
     log(ERROR, "dprec_mod: %s", reason)
     return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"dprec_mod: {reason}"), reply_to=msg)
+
+
+class _NodesGrid:
+    """A view of a Grid whose ``get_node_ids`` lists only the given nodes (Poisson sampling's selection)."""
+
+    def __init__(self, grid: Grid, node_ids: list[int]) -> None:
+        self._grid = grid
+        self._node_ids = list(node_ids)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self._node_ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
 
 
 def _find_config(content: RecordDict, key: str) -> tuple[str, ConfigRecord] | None:
@@ -405,9 +451,10 @@ class DPRECRound:
     ----------
     server_round : int
     num_sampled : int
-        ``B``: train messages sent (nodes sampled without replacement).
+        ``B``: train messages sent (nodes sampled by the wrapped strategy without replacement,
+        or selected by the wrapper's Poisson sampling; 0 in an empty Poisson round).
     num_available : int
-        ``N``: nodes connected when the round was configured.
+        Nodes connected when the round was configured.
     num_aggregated : int
         DP-REC messages decoded into the mean.
     num_failed : int
@@ -445,12 +492,14 @@ class DPRECStrategy(Strategy):
     """Wrap a Flower Message-API strategy so that training runs through DP-REC.
 
     Use it with :func:`dprec_mod` on the clients. The wrapped strategy (``FedAvg`` or a
-    FedAvg-like one such as ``FedProx``) still selects the nodes, builds the messages and
-    aggregates the metrics; this wrapper
+    FedAvg-like one such as ``FedProx``) still builds the messages and aggregates the metrics,
+    and, with ``sampling="without_replacement"``, selects the nodes; this wrapper
 
     * in :meth:`configure_train`: keeps the global arrays, adds the codec's parameters
-      (:func:`codec_config`) to the train config, and records ``B`` (train messages) and
-      ``N`` (connected nodes);
+      (:func:`codec_config`) to the train config, with ``sampling="poisson"`` selects the
+      nodes itself (each connected node with probability ``sampling_rate``) and has the wrapped
+      strategy build the train messages for exactly those, and records ``B`` (train messages)
+      and ``N`` (connected nodes);
     * in :meth:`aggregate_train`: parses every reply's bytes, decodes and averages them in
       one pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean``
       for the floating arrays (other arrays unchanged), steps the accountant, logs epsilon
@@ -463,6 +512,17 @@ class DPRECStrategy(Strategy):
     Evaluation is delegated unchanged. :meth:`start` is Flower's ``Strategy.start`` (its
     ``num_rounds`` also plans the accounting), returning Flower's ``Result``.
 
+    Which bound: ``sampling="without_replacement"`` (default) lets ``FedAvg`` draw ``B`` of
+    ``N`` nodes and accounts with Wang, Balle and Kasiviswanathan's bound for sampling without
+    replacement (replace-one adjacency), rigorous but loose for the Gaussian;
+    ``sampling="poisson"`` samples every node independently at rate ``q = sampling_rate`` and
+    accounts ``T`` rounds of the sampled Gaussian at ``q`` (as DP-FedAvg is), which is what we
+    recommend. With ``T = 1000``, ``q = 10/100``, ``c = 0.5``, ``delta = 100^-1.1``:
+    epsilon 110.9 without replacement, 10.74 Poisson (:func:`dprec.accounting.dprec_epsilon`).
+    Under Poisson sampling the number of clients per round varies (the mean's denominator is
+    the realised count), every round is accounted (an empty round too: it sends nothing and
+    returns the global arrays unchanged), and ``reverse="exact"`` is available.
+
     A strategy whose own array aggregation differs from FedAvg's (FedAdam, FedAvgM, Krum,
     ...) can be wrapped, but its array logic is replaced by the DP-REC mean (a warning is
     logged).
@@ -470,8 +530,13 @@ class DPRECStrategy(Strategy):
     Parameters
     ----------
     strategy : flwr.serverapp.strategy.Strategy
-        The strategy to wrap. It must sample distinct nodes uniformly at random (FedAvg's
-        sampling) for the ``"without_replacement"`` accounting to hold.
+        The strategy to wrap. With ``"without_replacement"`` it must sample distinct nodes
+        uniformly at random (FedAvg's sampling) for the accounting to hold. With ``"poisson"``
+        its ``configure_train`` is called on a view of the grid holding only the selected
+        nodes, with its ``fraction_train``, ``min_train_nodes`` and ``min_available_nodes``
+        (where it has them) set for the duration of the call so that it messages every one of
+        them (FedAvg and its subclasses do); a strategy that messages any other set of nodes
+        makes the round raise ``ValueError``.
     codec : DPRECCodec
         The codec the clients use (its parameters travel in the train config).
     delta : float
@@ -486,6 +551,16 @@ class DPRECStrategy(Strategy):
     reverse : {"bound", "exact"}
         The accountant's reverse-divergence method (``"exact"`` is not available for
         sampling without replacement in this release: the first round raises ValueError).
+    sampling : {"without_replacement", "poisson"}
+        Who selects each round's nodes and how it is accounted (see above).
+    sampling_rate : float, optional
+        Required for (and only for) ``sampling="poisson"``: each connected node's probability
+        ``q`` in (0, 1] of taking part in a round.
+    rng : numpy.random.Generator, optional
+        ``"poisson"`` only: the generator of the node selection. Default: a fresh
+        ``np.random.default_rng()`` seeded from the OS entropy source. For tests: a generator
+        whose seed is known makes the selection predictable to whoever knows it, which voids
+        the amplification by sampling against them.
     weighted_by_key : str, optional
         Weight each client's update by this key of its ``MetricRecord`` (e.g.
         ``"num-examples"``) instead of uniformly. The accounting assumes data-independent
@@ -499,6 +574,8 @@ class DPRECStrategy(Strategy):
     codec : DPRECCodec
     current_arrays : flwr.app.ArrayRecord
         The global arrays of the round being trained.
+    sampling : str
+    sampling_rate : float or None
     accountant : dprec.accounting.DPRECRoundAccountant or None
         Created when the first round is configured.
     history : list of DPRECRound
@@ -516,6 +593,9 @@ class DPRECStrategy(Strategy):
         reverse: str = "bound",
         weighted_by_key: str | None = None,
         keep_messages: bool = False,
+        sampling: str = "without_replacement",
+        sampling_rate: float | None = None,
+        rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(strategy, Strategy):
@@ -540,6 +620,22 @@ class DPRECStrategy(Strategy):
             raise TypeError(f"weighted_by_key must be a str or None, got {type(weighted_by_key).__name__}")
         if not isinstance(keep_messages, bool):
             raise TypeError(f"keep_messages must be a bool, got {type(keep_messages).__name__}")
+        if not isinstance(sampling, str) or sampling not in STRATEGY_SAMPLING:
+            raise ValueError(f"sampling must be one of {STRATEGY_SAMPLING}, got {sampling!r}")
+        if sampling == "poisson":
+            if sampling_rate is None:
+                raise ValueError("sampling_rate is required for sampling='poisson' (each node's probability)")
+            if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, float, np.floating, np.integer)):
+                raise TypeError(f"sampling_rate must be a float, got {type(sampling_rate).__name__}")
+            if not 0.0 < float(sampling_rate) <= 1.0:
+                raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+            if rng is not None and not isinstance(rng, np.random.Generator):
+                raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+        else:
+            if sampling_rate is not None:
+                raise ValueError("sampling_rate is only used with sampling='poisson'")
+            if rng is not None:
+                raise ValueError("rng is only used with sampling='poisson' (the wrapped strategy samples otherwise)")
         self.strategy = strategy
         self.codec = codec
         self.delta = float(delta)
@@ -548,6 +644,10 @@ class DPRECStrategy(Strategy):
         self.reverse = reverse
         self.weighted_by_key = weighted_by_key
         self.keep_messages = keep_messages
+        self.sampling = sampling
+        self.sampling_rate = None if sampling_rate is None else float(sampling_rate)
+        # Private randomness for the node selection: OS entropy unless a test passes its own generator.
+        self._rng = (np.random.default_rng() if rng is None else rng) if sampling == "poisson" else None
         self.current_arrays: ArrayRecord = ArrayRecord()
         self._template: dict[str, np.ndarray] = {}
         self.accountant: Any = None
@@ -569,7 +669,13 @@ class DPRECStrategy(Strategy):
             )
 
     def __repr__(self) -> str:
-        return f"DPRECStrategy({self.strategy!r}, {self.codec!r}, delta={self.delta!r})"
+        how = "" if self.sampling != "poisson" else f", sampling='poisson', sampling_rate={self.sampling_rate!r}"
+        return f"DPRECStrategy({self.strategy!r}, {self.codec!r}, delta={self.delta!r}{how})"
+
+    def _sampling_text(self) -> str:
+        if self.sampling == "poisson":
+            return f"Poisson sampling at rate {self.sampling_rate:g}"
+        return "sampling without replacement"
 
     @property
     def epsilon(self) -> float:
@@ -580,7 +686,7 @@ class DPRECStrategy(Strategy):
         """Log the DP-REC settings, then the wrapped strategy's summary."""
         log(INFO, "\t├──> DP-REC settings:")
         log(INFO, "\t│\t├── Codec: %s", self.codec)
-        log(INFO, "\t│\t├── delta: %g (sampling without replacement)", self.delta)
+        log(INFO, "\t│\t├── delta: %g (%s)", self.delta, self._sampling_text())
         how = "uniform mean" if self.weighted_by_key is None else f"weighted by {self.weighted_by_key!r}"
         log(INFO, "\t│\t└── Aggregation: %s", how)
         self.strategy.summary()
@@ -623,7 +729,12 @@ class DPRECStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Stash the global arrays, add the codec parameters and let the wrapped strategy sample."""
+        """Stash the global arrays, add the codec parameters, and sample (or let the wrapped strategy sample).
+
+        With ``sampling="poisson"``, each connected node is selected independently with
+        probability ``sampling_rate`` and the wrapped strategy builds the train messages for
+        exactly the selected nodes; a round that selects none returns no message.
+        """
         self.current_arrays = arrays
         template = self._template = _float_arrays(arrays)
         if not template:
@@ -633,8 +744,16 @@ class DPRECStrategy(Strategy):
         for key in _CONFIG_KEYS:
             config.pop(key, None)
         config.update(codec_config(self.codec))
-        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        num_available = len(list(grid.get_node_ids()))
+        if self.sampling == "poisson":
+            nodes = self._wait_for_nodes(grid)
+            num_available = len(nodes)
+            if self.accountant is None:  # before anything is sent: the bit-width rule for the planned run
+                self.accountant = self._new_accountant(template, num_available, 0)
+            chosen = self.select_nodes(nodes)
+            messages = self._messages_for(chosen, server_round, arrays, config, grid)
+        else:
+            messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+            num_available = len(list(grid.get_node_ids()))
         dst = [m.metadata.dst_node_id for m in messages]
         if len(set(dst)) != len(dst):
             raise ValueError(
@@ -643,39 +762,126 @@ class DPRECStrategy(Strategy):
             )
         num_sampled = len(messages)
         if num_sampled and self.accountant is None:
-            n = self.num_clients if self.num_clients is not None else num_available
-            self.accountant = self.codec.accountant(
-                template,
-                num_clients=n,
-                clients_per_round=num_sampled,
-                delta=self.delta,
-                sampling="without_replacement",
-                rounds=self.num_rounds,
-                reverse=self.reverse,
-            )
-        if self.accountant is not None and num_available < self.accountant.num_clients:
-            log(
-                WARNING,
-                "DPRECStrategy: %d nodes connected in round %d, fewer than the N = %d of the accounting; "
-                "epsilon understates this round's sampling rate",
-                num_available,
-                server_round,
-                self.accountant.num_clients,
-            )
+            self.accountant = self._new_accountant(template, num_available, num_sampled)
+        if self.accountant is not None:
+            if self.sampling != "poisson" and num_available < self.accountant.num_clients:
+                log(
+                    WARNING,
+                    "DPRECStrategy: %d nodes connected in round %d, fewer than the N = %d of the accounting; "
+                    "epsilon understates this round's sampling rate",
+                    num_available,
+                    server_round,
+                    self.accountant.num_clients,
+                )
+            elif self.sampling == "poisson" and num_available > self.accountant.num_clients:
+                log(
+                    WARNING,
+                    "DPRECStrategy: %d nodes connected in round %d, more than the N = %d of the accounting; "
+                    "the importance-sampling overhead counts only ceil(q N) = %d messages per round",
+                    num_available,
+                    server_round,
+                    self.accountant.num_clients,
+                    self.accountant.clients_per_round,
+                )
         stats = DPRECRound(server_round=server_round, num_sampled=num_sampled, num_available=num_available)
         self._pending[server_round] = stats
         self.history.append(stats)
         log(
             INFO,
-            "DP-REC: round %d samples %d of %d nodes; %d groups, %d bits, %d-byte messages",
+            "DP-REC: round %d samples %d of %d nodes (%s); %d groups, %d bits, %d-byte messages",
             server_round,
             num_sampled,
             num_available,
+            self._sampling_text(),
             layout.num_groups,
             layout.total_bits,
             layout.message_nbytes,
         )
         return messages
+
+    def select_nodes(self, node_ids: Iterable[int]) -> list[int]:
+        """Poisson sampling: each of ``node_ids`` independently with probability ``sampling_rate``.
+
+        Parameters
+        ----------
+        node_ids : iterable of int
+            The connected nodes (duplicates are counted once).
+
+        Returns
+        -------
+        list of int
+            The selected nodes, in increasing order (possibly none). The draws come from the
+            strategy's generator (OS entropy unless ``rng`` was given), one per node in
+            increasing order of node id.
+        """
+        if self.sampling != "poisson":
+            raise ValueError("select_nodes is for sampling='poisson'; otherwise the wrapped strategy samples")
+        nodes = sorted({int(n) for n in node_ids})
+        draws = self._rng.random(len(nodes))
+        return [n for n, u in zip(nodes, draws) if u < self.sampling_rate]
+
+    def _wait_for_nodes(self, grid: Grid) -> list[int]:
+        """The connected nodes, once the wrapped strategy's ``min_available_nodes`` are connected."""
+        need = int(getattr(self.strategy, "min_available_nodes", 0) or 0)
+        while len(nodes := list(grid.get_node_ids())) < need:
+            log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes), need)
+            time.sleep(1)
+        return nodes
+
+    def _messages_for(
+        self, chosen: list[int], server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """The wrapped strategy's train messages for exactly the nodes ``chosen`` (none if none)."""
+        if not chosen:
+            return []
+        strategy = self.strategy
+        # FedAvg messages int(fraction_train * connected) nodes, at least min_train_nodes, after waiting for
+        # min_available_nodes: on a grid of the chosen nodes, these make it message every one of them.
+        overrides = {"fraction_train": 1.0, "min_train_nodes": len(chosen), "min_available_nodes": len(chosen)}
+        saved = {key: getattr(strategy, key) for key in overrides if hasattr(strategy, key)}
+        try:
+            for key in saved:
+                setattr(strategy, key, overrides[key])
+            messages = list(strategy.configure_train(server_round, arrays, config, _NodesGrid(grid, chosen)))
+        finally:
+            for key, value in saved.items():
+                setattr(strategy, key, value)
+        dst = sorted(m.metadata.dst_node_id for m in messages)
+        if dst != chosen:
+            raise ValueError(
+                f"sampling='poisson': {type(strategy).__name__}.configure_train sent train messages to nodes {dst}, "
+                f"not to exactly the {len(chosen)} selected ones {chosen}; wrap FedAvg or a FedAvg-like strategy"
+            )
+        return messages
+
+    def _new_accountant(self, template: Mapping[str, np.ndarray], num_available: int, num_sampled: int) -> Any:
+        n = self.num_clients if self.num_clients is not None else num_available
+        if n < 1:
+            raise ValueError("no nodes are connected; give num_clients or the wrapped strategy's min_available_nodes")
+        if self.sampling == "poisson":
+            from .accounting import DPRECRoundAccountant  # noqa: PLC0415 - SciPy is optional
+
+            layout = self.codec.layout(template)
+            return DPRECRoundAccountant(
+                clip_multiplier=self.codec.clip_multiplier,
+                bits=layout.total_bits,
+                groups=layout.num_groups,
+                num_clients=n,
+                sampling_rate=self.sampling_rate,
+                delta=self.delta,
+                sampling="poisson",
+                rounds=self.num_rounds,
+                reverse=self.reverse,
+            )
+        return self.codec.accountant(
+            template,
+            num_clients=n,
+            clients_per_round=num_sampled,
+            delta=self.delta,
+            sampling="without_replacement",
+            rounds=self.num_rounds,
+            reverse=self.reverse,
+        )
 
     def _float32_wire_nbytes(self, layout: Layout, template: Mapping[str, np.ndarray]) -> int:
         """Per-client size of the same arrays sent as a float32 ArrayRecord (cached per layout)."""
@@ -700,11 +906,20 @@ class DPRECStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Decode and average the replies' DP-REC messages in one pass; apply the mean to the global arrays."""
+        """Decode and average the replies' DP-REC messages in one pass; apply the mean to the global arrays.
+
+        The mean is over the messages received (with Poisson sampling, a number that varies
+        from round to round). Without any (every reply failed or was rejected, or no node was
+        selected) it returns ``(None, None)``, or with ``sampling="poisson"`` the unchanged
+        global arrays and the DP-REC metrics: a Poisson round is accounted whatever comes back.
+        """
         replies = list(replies)
         stats = self._pending.pop(server_round, None)
         if stats is None:
             raise ValueError(f"round {server_round} was not configured by this DPRECStrategy (configure_train)")
+        if self.sampling == "poisson":
+            # Every Poisson round is composed, whatever comes back (nothing, if no node was selected).
+            self.accountant.step()
         template = self._template
         layout = self.codec.layout(template)
         ok: list[Message] = []
@@ -737,13 +952,13 @@ class DPRECStrategy(Strategy):
         )
         stats.epsilon, stats.delta = self.epsilon, self.delta
         if not msgs:
-            return None, None
+            return self._no_update(stats)
         weights = None
         if self.weighted_by_key is not None:
             w = np.asarray(raw_weights, dtype=np.float64)
             if not w.sum() > 0:
                 log(WARNING, "DP-REC: the weights %r sum to %s; no aggregation", self.weighted_by_key, w.sum())
-                return None, None
+                return self._no_update(stats)
             weights = w / w.sum()
         mean = self.codec.aggregate(msgs, template, weights=weights)
         new = ArrayRecord()
@@ -753,7 +968,10 @@ class DPRECStrategy(Strategy):
                 new[key] = Array(np.asarray(g + mean[key], dtype=g.dtype))
             else:
                 new[key] = arr
-        accounting = self.accountant.step(clients_per_round=stats.num_sampled)
+        if self.sampling == "poisson":
+            accounting = self.accountant.accounting  # stepped above
+        else:
+            accounting = self.accountant.step(clients_per_round=stats.num_sampled)
         stats.num_aggregated = len(msgs)
         stats.epsilon = float(accounting.epsilon)
         stats.delta = float(accounting.delta)
@@ -765,14 +983,15 @@ class DPRECStrategy(Strategy):
         per_client = _mean_int(stats.wire_bytes)
         log(
             INFO,
-            "DP-REC round %d: epsilon = %.4f at delta = %g after %d rounds (%d of %d clients per round, "
-            "without replacement); %s bytes per client on the wire vs %d as float32 (%.0fx less)",
+            "DP-REC round %d: epsilon = %.4f at delta = %g after %d rounds (%d of %d clients, %s); "
+            "%s bytes per client on the wire vs %d as float32 (%.0fx less)",
             server_round,
             stats.epsilon,
             stats.delta,
             self.accountant.rounds,
             stats.num_sampled,
             self.accountant.num_clients,
+            self._sampling_text(),
             per_client,
             stats.float32_wire_bytes,
             stats.float32_wire_bytes / per_client,
@@ -786,6 +1005,29 @@ class DPRECStrategy(Strategy):
         metrics["dprec-wire-bytes"] = per_client
         metrics["float32-wire-bytes"] = stats.float32_wire_bytes
         return new, metrics
+
+    def _no_update(self, stats: DPRECRound) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """What a round without an aggregated message returns.
+
+        ``(None, None)`` (Flower keeps its arrays); under Poisson sampling, where the round was
+        accounted, the unchanged global arrays and the ``"dprec-*"`` metrics.
+        """
+        if self.sampling != "poisson":
+            return None, None
+        log(
+            INFO,
+            "DP-REC round %d: no update (%d nodes selected, %d messages aggregated); global arrays unchanged, "
+            "epsilon = %.4f at delta = %g after %d rounds (%s)",
+            stats.server_round,
+            stats.num_sampled,
+            stats.num_aggregated,
+            stats.epsilon,
+            stats.delta,
+            self.accountant.rounds,
+            self._sampling_text(),
+        )
+        metrics = MetricRecord({"dprec-epsilon": stats.epsilon, "dprec-delta": stats.delta, "dprec-clients": 0})
+        return self.current_arrays, metrics
 
     # -- evaluation -------------------------------------------------------------------------
 

@@ -518,10 +518,28 @@ def _step_curves(
         curve = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, alphas)
         return curve, curve.copy()
     q, _ = _round_unit(sampling, b, n)
+    return _rate_curves(c, q, alphas, reverse)
+
+
+def _rate_curves(c: float, q: float, alphas: np.ndarray, reverse: str) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and reverse RDP of one step of the mixture at rate ``q`` (``"with_replacement"``, ``"poisson"``)."""
     forward = sampled_gaussian_rdp(q, 1.0 / c, alphas)
     if reverse == "bound":
         return forward, forward.copy()
     return forward, dprec_reverse_rdp(c, q, alphas, reverse="exact")
+
+
+def _poisson_messages(q: float, n: int) -> tuple[int, bool]:
+    """Messages counted in ``rho`` for one Poisson round at rate ``q`` among ``n`` clients.
+
+    The expected number ``q n``, rounded up (to the nearest integer when ``q n`` is one up to
+    rounding, e.g. ``0.3 * 10``); and whether ``q n`` is such an integer.
+    """
+    x = q * n
+    nearest = round(x)
+    if nearest >= 1 and abs(x - nearest) <= 1e-9 * x:
+        return int(nearest), True
+    return max(1, math.ceil(x)), False
 
 
 def _overhead_or_zero(steps: int, c: float, bits: Optional[int]) -> float:
@@ -832,8 +850,9 @@ class DPRECRoundAccountant:
         TOTAL bits of one client message (``None`` omits the overhead, as the paper's numbers do).
     num_clients : int
         ``N``.
-    clients_per_round : int
-        Default ``B`` of :meth:`step` (the expected number for ``"poisson"``).
+    clients_per_round : int, optional
+        Default ``B`` of :meth:`step` (the expected number for ``"poisson"``). Required unless
+        ``sampling_rate`` is given.
     delta : float
         Target delta in (0, 1).
     sampling : {"with_replacement", "poisson", "without_replacement"}
@@ -845,6 +864,12 @@ class DPRECRoundAccountant:
         Groups per message, for the error and warning messages (bits per group).
     orders : sequence of int, optional
         Integer Renyi orders; default :data:`DPREC_DEFAULT_ORDERS`.
+    sampling_rate : float, optional
+        ``"poisson"`` only, instead of ``clients_per_round``: the default rate ``q`` in (0, 1]
+        of :meth:`step`, which need not be a multiple of ``1/N``. Each such round composes the
+        mixture at rate ``q`` and counts ``ceil(q N)`` messages in ``rho`` (the expected number,
+        rounded up; exactly ``q N`` when that is an integer, so ``sampling_rate=B/N`` gives the
+        same numbers as ``clients_per_round=B``). :attr:`clients_per_round` is then ``ceil(q N)``.
 
     Raises
     ------
@@ -859,20 +884,28 @@ class DPRECRoundAccountant:
         clip_multiplier: float,
         bits: Optional[int],
         num_clients: int,
-        clients_per_round: int,
+        clients_per_round: Optional[int] = None,
         delta: float,
         sampling: str = "with_replacement",
         reverse: str = "bound",
         rounds: Optional[int] = None,
         groups: Optional[int] = None,
         orders: Any = None,
+        sampling_rate: Optional[float] = None,
     ) -> None:
         self._c = check_positive(clip_multiplier, "clip_multiplier")
         self._bits = None if bits is None else check_bits(bits)
         self._n = check_count(num_clients, "num_clients")
-        self._b = check_count(clients_per_round, "clients_per_round")
         self._delta = check_delta(delta)
         self._sampling = _check_sampling(sampling)
+        self._rate: Optional[float] = None
+        if sampling_rate is None:
+            if clients_per_round is None:
+                raise TypeError("clients_per_round is required (or sampling_rate, for sampling='poisson')")
+            self._b = check_count(clients_per_round, "clients_per_round")
+        else:
+            self._rate = self._check_rate(sampling_rate, clients_per_round)
+            self._b = _poisson_messages(self._rate, self._n)[0]
         _check_clients(self._b, self._n, self._sampling)
         self._reverse = _check_reverse_for(reverse, self._sampling)
         self._groups = None if groups is None else check_count(groups, "groups")
@@ -883,9 +916,12 @@ class DPRECRoundAccountant:
         if self._reverse == "exact":
             # The exact reverse term has a limit on c: fail now rather than at the first step.
             dprec_reverse_rdp(self._c, 0.5, [2.0], reverse="exact")
-        self._units: dict[int, int] = {}
-        self._curves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._sizes: set[int] = set()
+        # Curve keys: B (an int; 0 for every B with replacement), or a Poisson rate q < 1 with q N not
+        # an integer (a float, never equal to an int key).
+        self._units: dict[float, int] = {}
+        self._curves: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+        self._sizes: set[float] = set()
+        self._rate_sum = 0.0  # sum over rounds of the step rate, for the reported average rate
         self._rounds = 0
         self._messages = 0
         self._accounting: Optional[DPRECAccounting] = None
@@ -901,16 +937,29 @@ class DPRECRoundAccountant:
         if overhead > OVERHEAD_WARN_FRACTION * self._delta:
             self._warned = True
 
-    def step(self, clients_per_round: Optional[int] = None, rounds: int = 1) -> DPRECAccounting:
+    def _check_rate(self, sampling_rate: Any, clients_per_round: Any) -> float:
+        if self._sampling != "poisson":
+            raise ValueError(f"sampling_rate is only for sampling='poisson', not {self._sampling!r}")
+        if clients_per_round is not None:
+            raise ValueError("give clients_per_round or sampling_rate, not both")
+        return check_probability(sampling_rate, "sampling_rate")
+
+    def step(
+        self, clients_per_round: Optional[int] = None, rounds: int = 1, *, sampling_rate: Optional[float] = None
+    ) -> DPRECAccounting:
         """Compose ``rounds`` rounds of ``clients_per_round`` clients; return the accounting so far.
 
         Parameters
         ----------
         clients_per_round : int, optional
             ``B`` of these rounds (the expected number for ``"poisson"``); default the
-            constructor's.
+            constructor's (its ``sampling_rate`` when it was given one).
         rounds : int
             How many such rounds (default 1).
+        sampling_rate : float, optional
+            ``"poisson"`` only, instead of ``clients_per_round``: the rate ``q`` in (0, 1] of
+            these rounds (see the class's ``sampling_rate``; ``ceil(q N)`` messages per round
+            count in ``rho``).
 
         Raises
         ------
@@ -919,17 +968,33 @@ class DPRECRoundAccountant:
             ``12 rho / 2^b`` to delta (naming ``bits``); then nothing is composed. Warns
             :class:`DPRECPrivacyWarning` when the overhead first exceeds 10% of delta.
         """
-        b = self._b if clients_per_round is None else check_count(clients_per_round, "clients_per_round")
-        _check_clients(b, self._n, self._sampling)
+        rate: Optional[float] = None
+        if sampling_rate is not None:
+            rate = self._check_rate(sampling_rate, clients_per_round)
+        elif clients_per_round is None:
+            rate = self._rate
+        if rate is None:
+            b = self._b if clients_per_round is None else check_count(clients_per_round, "clients_per_round")
+            _check_clients(b, self._n, self._sampling)
+            key: float = b
+        else:
+            b, whole = _poisson_messages(rate, self._n)
+            key = b if whole else rate  # q N an integer: the same curve (and numbers) as clients_per_round=q N
         r = check_count(rounds, "rounds")
         messages = self._messages + r * b
         self._check_bits(messages, stacklevel=4)
-        key = 0 if self._sampling == "with_replacement" else b  # with replacement: one curve for every B
+        if self._sampling == "with_replacement":
+            key = 0  # one curve for every B
         if key not in self._curves:
-            self._curves[key] = _step_curves(self._c, b, self._n, self._alphas, self._sampling, self._reverse)
+            if isinstance(key, float):
+                self._curves[key] = _rate_curves(self._c, key, self._alphas, self._reverse)
+            else:
+                self._curves[key] = _step_curves(self._c, b, self._n, self._alphas, self._sampling, self._reverse)
         units = dict(self._units)
         units[key] = units.get(key, 0) + r * _round_unit(self._sampling, b, self._n)[1]
-        sizes = self._sizes | {b}
+        sizes = self._sizes | {key}
+        step_rate = key if isinstance(key, float) else b / self._n
+        rate_sum = self._rate_sum + r * step_rate
         total_rounds = self._rounds + r
         forward: Optional[np.ndarray] = None
         rev: Optional[np.ndarray] = None
@@ -942,14 +1007,17 @@ class DPRECRoundAccountant:
         if self._sampling == "with_replacement":
             q = 1.0 / self._n
         elif len(sizes) == 1:
-            q = b / self._n
-        else:
+            q = step_rate
+        elif all(isinstance(k, int) for k in sizes):
             q = messages / (total_rounds * self._n)
+        else:
+            q = rate_sum / total_rounds
         result = _result(
             forward, rev, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages,
             steps=sum(units.values()), q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
         )
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
+        self._rate_sum = rate_sum
         self._accounting = result
         return result
 
@@ -1007,8 +1075,13 @@ class DPRECRoundAccountant:
 
     @property
     def clients_per_round(self) -> int:
-        """Default ``B`` of :meth:`step`."""
+        """Default ``B`` of :meth:`step` (``ceil(q N)`` when built with ``sampling_rate``)."""
         return self._b
+
+    @property
+    def sampling_rate(self) -> Optional[float]:
+        """The constructor's ``sampling_rate`` (None when it was given ``clients_per_round``)."""
+        return self._rate
 
     @property
     def clip_multiplier(self) -> float:
