@@ -1,4 +1,5 @@
-"""The ``dprec`` command line: ``dprec bench`` (throughput table) and ``dprec info``.
+"""The ``dprec`` command line: ``dprec bench`` (throughput table), ``dprec demo`` (a federated
+DP-REC run against FedAvg and DP-FedAvg) and ``dprec info``.
 
 Also runnable as ``python -m dprec``.
 """
@@ -46,7 +47,7 @@ def _info() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dprec`` console script."""
-    from . import bench  # noqa: PLC0415
+    from . import bench, demo  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="dprec", description="dprec: DP-REC compression for federated learning.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -57,11 +58,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(SPEC §8 targets marked PASS/MISS), then a native-versus-reference agreement line.",
     )
     bench.add_arguments(p_bench)
+    p_demo = sub.add_parser(
+        "demo",
+        help="federated DP-REC on scikit-learn's digits against FedAvg and DP-FedAvg at matched epsilon "
+        "(needs dprec[demo])",
+        description=demo.DESCRIPTION,
+        epilog=demo.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo.add_arguments(p_demo)
     sub.add_parser("info", help="version, backends, ISA and thread count")
     args = parser.parse_args(argv)
     if args.command == "bench":
         bench.run_from_args(args)
         return 0
+    if args.command == "demo":
+        return demo.run_from_args(args, parser=p_demo)
     if args.command == "info":
         return _info()
     parser.print_help()
