@@ -22,6 +22,18 @@ dprec.cuda
     The CUDA backend: availability (and why not), devices, :class:`dprec.cuda.DeviceArray`.
 dprec.runtime
     Threads and SIMD instruction-set selection.
+dprec.accounting
+    Privacy accounting (needs SciPy): DP-REC's Algorithm 7 under three client-sampling
+    schemes, the round accountant, and the sampled Gaussian, DDG, Skellam, QMGeo and joint-noise
+    mechanisms. ``DPRECCodec.epsilon`` / ``.accountant`` tie a codec to it.
+dprec.torch
+    PyTorch helpers (needs PyTorch): model update in, decode template, update applied back.
+dprec.flower
+    Flower integration (needs flwr): the client mod ``dprec_mod`` and ``DPRECStrategy``.
+dprec.demo
+    ``dprec demo``: FedAvg, DP-FedAvg and DP-REC on scikit-learn's digits.
+
+The optional modules are not imported by ``import dprec``.
 """
 
 from __future__ import annotations
