@@ -764,24 +764,23 @@ def write_plot(result: DemoResult, path: str) -> None:
 # --------------------------------------------------------------------------- CLI
 
 
-def _arg_pos_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+def _arg_int_at_least(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return v
+
+    return parse
 
 
-def _arg_nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+_arg_pos_int = _arg_int_at_least(1, "positive")
+_arg_nonneg_int = _arg_int_at_least(0, "non-negative")
 
 
 def _arg_pos_float(text: str) -> float:
