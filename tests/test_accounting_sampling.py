@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -18,10 +19,9 @@ from dprec.accounting import (  # noqa: E402 - after the SciPy check
     dprec_calibrate,
     dprec_delta,
     dprec_epsilon,
-    dprec_forward_rdp,
     dprec_min_bits,
     dprec_overhead,
-    dprec_reverse_rdp,
+    sampled_gaussian_rdp,
     sampled_gaussian_rdp_without_replacement,
 )
 
@@ -32,11 +32,10 @@ def _dpa():
     return pytest.importorskip("dp_accounting")
 
 
-def _dpa_poisson(q: float, z: float, orders) -> np.ndarray:
-    dpa = _dpa()
-    acc = dpa.rdp.RdpAccountant(orders=list(orders))
-    acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)))
-    return np.asarray(acc._rdp)  # the composed RDP curve (no public getter)
+def _poisson_round(q: float, c: float, orders) -> np.ndarray:
+    """The exact RDP of one Poisson DP-REC round: log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)."""
+    a = np.asarray(orders, dtype=float)
+    return np.logaddexp(math.log1p(-q), math.log(q) + a * (a - 1.0) * c * c / 2.0) / (a - 1.0)
 
 
 def _dpa_wor(n: int, m: int, z: float, orders) -> np.ndarray:
@@ -97,19 +96,6 @@ def test_without_replacement_curve_matches_300_digit_arithmetic():
 
 
 @pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (660, 66, 1.435), (1000, 1, 2.0)])
-def test_poisson_scheme_matches_dp_accounting(n, b, c):
-    curve = _dpa_poisson(b / n, 1.0 / c, ORDERS)
-    np.testing.assert_allclose(dprec_forward_rdp(c, b / n, ORDERS), curve, rtol=1e-10)
-    t, delta = 50, n**-1.1
-    result = dprec_epsilon(
-        rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=None, orders=ORDERS,
-        sampling="poisson",
-    )
-    assert result.epsilon == pytest.approx(_moments_eps(t * curve, ORDERS, delta), rel=1e-10)
-    assert (result.steps, result.sampling_rate, result.messages) == (t, b / n, t * b)
-
-
-@pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (660, 66, 1.435), (1000, 1, 2.0)])
 def test_without_replacement_scheme_matches_dp_accounting(n, b, c):
     # The DP-REC round under replace-one: base Gaussian with sensitivity 2C, sigma = C / c.
     curve = _dpa_wor(n, b, 1.0 / (2.0 * c), ORDERS)
@@ -124,17 +110,137 @@ def test_without_replacement_scheme_matches_dp_accounting(n, b, c):
     assert (result.steps, result.sampling_rate, result.sampling) == (t, b / n, "without_replacement")
 
 
-@pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (1000, 1, 2.0), (200, 150, 0.8)])
-def test_without_replacement_is_never_tighter_than_poisson(n, b, c):
+# ---------------------------------------------------------------------------------------
+# Poisson sampling: an unsampled client sends nothing, so a round is (1-q) {no message} +
+# q N(phi, sigma^2) against (1-q) {no message} + q N(0, sigma^2): no sampled-Gaussian amplification
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "q, c, a",
+    [(0.1, 0.5, 2), (0.1, 0.5, 8), (0.01, 1.0, 3), (0.3, 0.2, 16), (1e-4, 2.0, 5), (0.5, 3.0, 10), (1.0, 0.7, 6)],
+)
+def test_poisson_round_is_the_closed_form(q, c, a):
+    expected = math.log(1.0 - q + q * math.exp(a * (a - 1) * c * c / 2.0)) / (a - 1)
+    for reverse in ("bound", "exact"):  # the divergence is exact and symmetric: both give the same
+        acc = DPRECRoundAccountant(sampling_rate=q, num_clients=1000, clip_multiplier=c, delta=1e-5, bits=None,
+                                   sampling="poisson", reverse=reverse, orders=[a])
+        step = acc.step(rounds=7)
+        assert step.forward == pytest.approx(7 * expected, rel=1e-12)
+        assert step.reverse == step.forward
+    b, n = round(q * 1000), 1000
+    if b >= 1:
+        kw = dict(rounds=50, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=n**-1.1, bits=None,
+                  orders=[a], sampling="poisson")
+        bound, exact = dprec_epsilon(**kw), dprec_epsilon(**kw, reverse="exact")
+        assert bound.forward == pytest.approx(50 * expected, rel=1e-12) and bound.reverse == bound.forward
+        assert exact.epsilon == bound.epsilon and exact.reverse_method == "exact"
+
+
+def test_poisson_round_closed_form_is_stable():
+    # Tiny divergences keep their relative accuracy; huge ones neither overflow nor warn.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc = DPRECRoundAccountant(sampling_rate=1e-6, num_clients=10**7, clip_multiplier=1e-4, delta=1e-5,
+                                   bits=None, sampling="poisson", orders=[2])
+        tiny = acc.step().forward
+        # log1p(q expm1(c^2)) = q c^2 (1 + c^2 / 2 - q c^2 / 2 + ...) at a = 2; a plain logaddexp
+        # would be off by 1.5e-7 relative here.
+        assert tiny == pytest.approx(1e-14 * (1 + 0.5e-8), rel=1e-12)
+        orders = np.array([2.0, 100.0, 257.0])
+        big = dprec_epsilon(rounds=1, clients_per_round=1, num_clients=10, clip_multiplier=30.0, delta=1e-5,
+                            bits=None, orders=orders, sampling="poisson")
+    # a (a-1) c^2 / 2 is far beyond exp's range: the log is log q + a (a-1) c^2 / 2.
+    assert big.forward == pytest.approx((math.log(0.1) + big.order * (big.order - 1) * 450.0) / (big.order - 1),
+                                        rel=1e-12)
+    # q = 1: two Gaussians, a c^2 / 2 exactly.
+    full = DPRECRoundAccountant(sampling_rate=1.0, num_clients=3, clip_multiplier=0.7, delta=1e-5, bits=None,
+                                sampling="poisson", orders=[2, 5]).step()
+    assert full.forward == full.order * 0.7 * 0.7 / 2.0
+
+
+def _renyi_by_quadrature(p_atom: float, p_parts, q_parts, a: float) -> float:
+    """D_a(P || Q) for P, Q = a common atom of mass p_atom + 1-D Gaussian mixtures (weight, mean, var)."""
+    from scipy.integrate import quad
+    from scipy.special import logsumexp
+
+    def log_mix(x, parts):
+        return logsumexp([math.log(w) - (x - m) ** 2 / (2 * v) - 0.5 * math.log(2 * math.pi * v) for w, m, v in parts])
+
+    centre = a * max(m for _, m, _ in p_parts) + (1 - a) * min(m for _, m, _ in q_parts)
+    lo, hi = min(centre, 0.0) - 60.0, max(centre, 0.0) + 60.0
+    integral, _ = quad(lambda x: math.exp(a * log_mix(x, p_parts) + (1 - a) * log_mix(x, q_parts)), lo, hi,
+                       points=[centre], limit=400, epsabs=0.0, epsrel=1e-12)
+    return math.log(p_atom + integral) / (a - 1)
+
+
+@pytest.mark.parametrize("q, c, a", [(0.1, 0.5, 2), (0.02, 1.3, 4), (0.3, 0.8, 7), (1.0, 0.6, 3), (1.0, 1.5, 5)])
+def test_poisson_round_matches_quadrature_both_directions(q, c, a):
+    # The target's part of a round, sigma = 1, ||phi|| = c (only phi's direction matters: the
+    # orthogonal coordinates are N(0, 1) in both runs). The no-message atom has mass 1 - q in both.
+    target = [(q, c, 1.0)]
+    zero = [(q, 0.0, 1.0)]
+    forward = _renyi_by_quadrature(1.0 - q, target, zero, a)
+    reverse = _renyi_by_quadrature(1.0 - q, zero, target, a)
+    acc = DPRECRoundAccountant(sampling_rate=q, num_clients=50, clip_multiplier=c, delta=1e-5, bits=None,
+                               sampling="poisson", orders=[a])
+    step = acc.step()
+    assert step.forward == pytest.approx(forward, rel=1e-8)
+    assert step.reverse == pytest.approx(reverse, rel=1e-8)
+
+
+def test_poisson_covers_the_aggregate_only_view_that_the_old_curve_missed():
+    # The review's counterexample: N = 2, q = 0.1, c = 0.5 (sigma = 1). The adversary sees only the
+    # sum of the participants' decoded messages; the other client has a zero update. The sum is
+    # empty (an atom, the same in both runs) with probability (1-q)^2, otherwise a Gaussian whose
+    # variance is the random number of participants.
+    q, c, n = 0.1, 0.5, 2
+    with_phi = [(q * (1 - q), c, 1.0), ((1 - q) * q, 0.0, 1.0), (q * q, c, 2.0)]
+    with_zero = [(q * (1 - q), 0.0, 1.0), ((1 - q) * q, 0.0, 1.0), (q * q, 0.0, 2.0)]
+    for a in (2, 4, 8):
+        accounted = DPRECRoundAccountant(sampling_rate=q, num_clients=n, clip_multiplier=c, delta=1e-5, bits=None,
+                                         sampling="poisson", orders=[a]).step().forward
+        true_fwd = _renyi_by_quadrature((1 - q) ** 2, with_phi, with_zero, a)
+        true_rev = _renyi_by_quadrature((1 - q) ** 2, with_zero, with_phi, a)
+        assert max(true_fwd, true_rev) <= accounted
+        # The old accounting (the sampled Gaussian, as for DP-FedAvg) undercounts this view.
+        old = sampled_gaussian_rdp(q, 1.0 / c, [a])[0]
+        assert true_fwd > old and true_rev > old
+
+
+@pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (100, 10, 0.5), (3500, 100, 1.41), (1000, 1, 2.0),
+                                     (200, 150, 0.8)])
+def test_scheme_ordering_on_the_tested_grid(n, b, c):
+    # On this grid (c >= 0.5) without replacement (replace-one) costs at least as much as Poisson
+    # at every order, and with replacement (the paper's model) the least.
     orders = np.arange(2.0, 258.0)
     wor = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, orders)
-    poisson = dprec_forward_rdp(c, b / n, orders)
-    assert np.all(wor >= poisson)
+    assert np.all(wor >= _poisson_round(b / n, c, orders))
     kw = dict(rounds=100, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=1e-5, bits=None)
     eps = {s: dprec_epsilon(**kw, sampling=s).epsilon for s in SAMPLING_SCHEMES}
-    assert eps["without_replacement"] >= eps["poisson"]
-    # The paper's point (Section 3): with replacement at rate 1/N beats Poisson at B/N.
-    assert eps["with_replacement"] <= eps["poisson"]
+    assert eps["with_replacement"] <= eps["poisson"] <= eps["without_replacement"]
+
+
+def test_without_replacement_can_beat_poisson_at_small_c():
+    # Poisson has no sampled-Gaussian amplification (about q a c^2 / 2 per round, linear in q),
+    # while the without-replacement bound is quadratic in B/N for small c: there it is tighter.
+    orders = np.arange(2.0, 258.0)
+    wor = sampled_gaussian_rdp_without_replacement(10, 1000, 1.0 / 0.1, orders)
+    assert np.all(wor < _poisson_round(0.01, 0.1, orders))
+    kw = dict(rounds=1000, clients_per_round=10, num_clients=1000, clip_multiplier=0.1, delta=1e-5, bits=None)
+    assert dprec_epsilon(**kw, sampling="without_replacement").epsilon < dprec_epsilon(**kw, sampling="poisson").epsilon
+
+
+def test_the_three_schemes_at_the_flower_example():
+    # T = 1000, B = 10, N = 100, c = 0.5, delta = N^-1.1, overhead omitted. Poisson's best order
+    # is 2: 2 T log(0.9 + 0.1 e^{0.25}) + 1.1 log(100).
+    kw = dict(rounds=1000, clients_per_round=10, num_clients=100, clip_multiplier=0.5, delta=100**-1.1, bits=None)
+    eps = {s: dprec_epsilon(**kw, sampling=s) for s in SAMPLING_SCHEMES}
+    poisson = 2 * 1000 * math.log(0.9 + 0.1 * math.exp(0.25)) + 1.1 * math.log(100)
+    assert eps["poisson"].order == 2.0 and eps["poisson"].epsilon == pytest.approx(poisson, rel=1e-12)
+    assert eps["poisson"].epsilon == pytest.approx(61.08, abs=0.01)
+    assert eps["without_replacement"].epsilon == pytest.approx(110.94, abs=0.01)
+    assert eps["with_replacement"].epsilon == pytest.approx(2.70, abs=0.01)
 
 
 def test_with_replacement_is_unchanged():
@@ -145,13 +251,22 @@ def test_with_replacement_is_unchanged():
     assert (default.steps, default.sampling_rate, default.messages, default.rounds) == (10_000, 0.01, 10_000, 1000)
 
 
-def test_poisson_exact_reverse_is_tighter_and_wor_refuses_it():
+def test_poisson_reverse_methods_agree_and_wor_refuses_exact():
+    # The Poisson round's divergence is exact and symmetric: "bound" and "exact" give the same.
     kw = dict(rounds=100, clients_per_round=10, num_clients=1000, clip_multiplier=1.0, delta=1e-5, bits=None)
     bound = dprec_epsilon(**kw, sampling="poisson")
     exact = dprec_epsilon(**kw, sampling="poisson", reverse="exact")
-    assert exact.epsilon <= bound.epsilon
-    rev = dprec_reverse_rdp(1.0, 0.01, [exact.order])[0]
-    assert exact.reverse == pytest.approx(100 * rev, rel=1e-12)
+    assert dataclasses.replace(exact, reverse_method="bound") == bound
+    assert exact.reverse == exact.forward == pytest.approx(100 * _poisson_round(0.01, 1.0, [exact.order])[0],
+                                                           rel=1e-12)
+    # No quadrature, so no limit on c (the with-replacement exact reverse has one).
+    big = dict(kw, clip_multiplier=150.0)
+    assert dprec_epsilon(**big, sampling="poisson", reverse="exact").epsilon == dprec_epsilon(
+        **big, sampling="poisson").epsilon
+    DPRECRoundAccountant(clients_per_round=10, num_clients=1000, clip_multiplier=150.0, delta=1e-5, bits=None,
+                         sampling="poisson", reverse="exact")
+    with pytest.raises(ValueError, match="clip_multiplier"):
+        dprec_epsilon(**big, reverse="exact")
     with pytest.raises(ValueError, match="reverse"):
         dprec_epsilon(**kw, sampling="without_replacement", reverse="exact")
 
@@ -199,7 +314,7 @@ def test_varying_clients_per_round(sampling):
     result = acc.step(rounds=2)
     orders = np.arange(2.0, 258.0)
     if sampling == "poisson":
-        curve = {b: dprec_forward_rdp(0.8, b / 500, orders) for b in (10, 40)}
+        curve = {b: _poisson_round(b / 500, 0.8, orders) for b in (10, 40)}
     else:
         curve = {b: sampled_gaussian_rdp_without_replacement(b, 500, 1 / 0.8, orders) for b in (10, 40)}
     composed = 3 * curve[10] + curve[40]
@@ -387,7 +502,7 @@ def test_accountant_sampling_rate_between_multiples():
     result = acc.step(rounds=6)
     alphas = np.arange(2.0, 258.0)
     overhead = dprec_overhead(18, 0.5, 64)
-    eps = np.min(2 * 6 * dprec_forward_rdp(0.5, 0.25, alphas) - np.log(1e-5 - overhead) / (alphas - 1))
+    eps = np.min(2 * 6 * _poisson_round(0.25, 0.5, alphas) - np.log(1e-5 - overhead) / (alphas - 1))
     assert result.epsilon == pytest.approx(eps, rel=1e-12)
     assert (result.sampling_rate, result.messages, result.steps, result.rounds) == (0.25, 18, 6, 6)
     assert result.overhead == overhead

@@ -427,6 +427,41 @@ def test_strategy_weighted_by_key():
         np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
 
 
+def test_strategy_refuses_a_sample_larger_than_n_before_sending():
+    # N is frozen at the 4 nodes of round 1; 20 nodes connect before round 2, where FedAvg samples 10 of them.
+    # The accountant would refuse B = 10 > N = 4 only in aggregate_train, after the clients trained: configure_train
+    # refuses it before returning any message.
+    codec = make_codec()
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_rounds=3
+    )
+    grid = StaticGrid(4)
+    messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), grid))
+    assert len(messages) == 2 and strategy.accountant.num_clients == 4
+    new, _ = strategy.aggregate_train(1, answer(messages))
+    grid.nodes = list(range(101, 121))
+    with pytest.raises(ValueError, match="num_clients") as info:
+        strategy.configure_train(2, new, ConfigRecord(), grid)
+    text = str(info.value)
+    assert "B = 10" in text and "N = 4" in text and "first round" in text
+    assert "min_available_nodes" in text and "nothing was sent" in text
+    assert len(strategy.history) == 1 and 2 not in strategy._pending and strategy.accountant.rounds == 1
+    # A sample within N is still accepted with the larger population (N undercounted only overstates epsilon).
+    strategy.strategy.fraction_train = 0.2
+    messages = list(strategy.configure_train(2, new, ConfigRecord(), grid))
+    assert len(messages) == 4
+    strategy.aggregate_train(2, answer(messages))
+    assert strategy.accountant.rounds == 2
+
+    # With num_clients given, a first round sampling more than it is refused the same way.
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_clients=4
+    )
+    with pytest.raises(ValueError, match="given as num_clients") as info:
+        strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(20))
+    assert "nothing was sent" in str(info.value) and strategy.history == [] and strategy.accountant is None
+
+
 def test_strategy_arguments():
     codec = make_codec()
     with pytest.raises(TypeError, match="strategy"):
@@ -439,6 +474,12 @@ def test_strategy_arguments():
         DPRECStrategy(FedAvg(), codec, delta=DELTA, num_rounds=0)
     with pytest.raises(ValueError, match="reverse"):
         DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="loose")
+    # reverse="exact" has no bound for sampling without replacement: refused by the constructor, not at round 1.
+    with pytest.raises(ValueError, match="reverse='exact'"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact")
+    with pytest.raises(ValueError, match="reverse='exact'"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact", sampling="without_replacement")
+    assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact", sampling="poisson", sampling_rate=0.5)
     # The bit-width rule is checked when the first round is configured, before anything is sent.
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
     strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50)

@@ -9,7 +9,7 @@ Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp
     client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
     codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
     strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
-    # or, for a much tighter guarantee (see Accounting): the wrapper samples each node with probability 0.1
+    # or the wrapper samples each node with probability 0.1 (Poisson sampling; see Accounting)
     strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
 
 Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
@@ -56,33 +56,46 @@ Training metrics are aggregated by the wrapped strategy
 Accounting
 ----------
 ``sampling=`` of :class:`DPRECStrategy` says who selects the nodes, and so which bound applies.
+Both bounds are rigorous; neither is the sampled-Gaussian bound of DP-FedAvg, whose noise the
+server adds to the sum: in DP-REC the noise travels inside each client's message.
 
 ``"without_replacement"`` (default)
     The wrapped strategy selects: Flower's ``FedAvg`` samples ``B`` distinct nodes out of the
     ``N`` connected ones each round. The wrapper records ``B`` (train messages sent) and ``N``
     in :meth:`DPRECStrategy.configure_train`, and steps a :meth:`DPRECCodec.accountant` with
-    ``sampling="without_replacement"`` once per round in which messages were received. That
-    bound (Wang, Balle and Kasiviswanathan 2019, replace-one adjacency) is rigorous but loose
-    for the Gaussian.
-``"poisson"`` (recommended: a much tighter guarantee)
+    ``sampling="without_replacement"`` once per round in which messages were received: Wang,
+    Balle and Kasiviswanathan's (2019) bound for sampling without replacement, under replace-one
+    adjacency (two clipped updates differ by up to ``2C``). It certifies that stronger relation,
+    but the bound is loose for the Gaussian.
+``"poisson"``
     The wrapper selects: every connected node (``grid.get_node_ids()``) takes part in a round
     independently with probability ``sampling_rate``, drawn from the OS entropy source; the
     wrapped strategy builds the train messages for exactly those nodes (its ``fraction_train``
     and ``min_train_nodes`` are not used; its ``min_available_nodes`` is still waited for).
-    Every round is composed at rate ``q = sampling_rate`` (``sampling="poisson"``, the sampled
-    Gaussian, as DP-FedAvg is accounted), whether or not any node was selected or replied: the
-    round's sampling happened, and an empty round is part of the mechanism's output. A round
-    that selects no node sends no train message; the wrapper then returns the global arrays
-    unchanged, with the ``"dprec-*"`` metrics (``"dprec-clients"`` = 0).
+    Every round is composed at rate ``q = sampling_rate`` with the accountant's
+    ``sampling="poisson"`` bound, whether or not any node was selected or replied: the round's
+    sampling happened, and an empty round is part of the mechanism's output. A node that is not
+    selected sends no message at all, so a round costs a client
+    ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)`` at order ``a``: there is no sampled-Gaussian
+    amplification as for DP-FedAvg. A round that selects no node sends no train message; the
+    wrapper then returns the global arrays unchanged, with the ``"dprec-*"`` metrics
+    (``"dprec-clients"`` = 0).
 
-For example (``dprec.accounting.dprec_epsilon``, overhead omitted), ``T = 1000`` rounds,
-``B = 10`` of ``N = 100`` clients per round (``q = 0.1``), ``c = 0.5``, ``delta = N^-1.1``:
-epsilon 110.9 sampling without replacement, 10.74 with Poisson sampling.
+For example (``dprec.accounting.dprec_epsilon(..., bits=None)``, overhead omitted),
+``T = 1000`` rounds, ``B = 10`` of ``N = 100`` clients per round (``q = 0.1``), ``c = 0.5``,
+``delta = N^-1.1``: epsilon 61.08 with Poisson sampling, 110.94 sampling without replacement.
+Poisson sampling is tighter here because the selection is the wrapper's private randomness (OS
+entropy, unpredictable to the clients and to anyone else) and a client's data are exposed only
+in the rounds it joins, whereas the without-replacement bound is loose. Neither comparison is a
+general rule: compute both for your setting.
 
-``N`` is the number of nodes connected when the first round is configured (or
-``num_clients=``). Without replacement, give ``FedAvg`` a ``min_available_nodes`` equal to the
-population, otherwise ``N`` may be undercounted (which only overstates epsilon); ``FedAvg``
-sizes its sample from the nodes connected at that moment, so ``min_train_nodes`` fixes ``B``.
+``N`` is the number of nodes connected when the first round is configured, unless it is given
+as ``num_clients=``; give it when the population is known. Without replacement, give ``FedAvg``
+a ``min_available_nodes`` equal to the population, otherwise ``N`` may be undercounted: that
+only overstates epsilon, but a later round in which ``FedAvg`` samples more than ``N`` nodes
+(more nodes connected) is refused by :meth:`DPRECStrategy.configure_train` with a ``ValueError``
+before any message is sent. ``FedAvg`` sizes its sample from the nodes connected at that
+moment, so ``min_train_nodes`` fixes ``B``.
 Under Poisson sampling epsilon depends on ``q`` only; ``N`` enters through the ``ceil(q N)``
 messages per round counted in the overhead (a warning is logged if more nodes connect later).
 Epsilon is logged with Flower's logger after every round. The accountant enforces the bit-width
@@ -512,16 +525,27 @@ class DPRECStrategy(Strategy):
     Evaluation is delegated unchanged. :meth:`start` is Flower's ``Strategy.start`` (its
     ``num_rounds`` also plans the accounting), returning Flower's ``Result``.
 
-    Which bound: ``sampling="without_replacement"`` (default) lets ``FedAvg`` draw ``B`` of
-    ``N`` nodes and accounts with Wang, Balle and Kasiviswanathan's bound for sampling without
-    replacement (replace-one adjacency), rigorous but loose for the Gaussian;
-    ``sampling="poisson"`` samples every node independently at rate ``q = sampling_rate`` and
-    accounts ``T`` rounds of the sampled Gaussian at ``q`` (as DP-FedAvg is), which is what we
-    recommend. With ``T = 1000``, ``q = 10/100``, ``c = 0.5``, ``delta = 100^-1.1``:
-    epsilon 110.9 without replacement, 10.74 Poisson (:func:`dprec.accounting.dprec_epsilon`).
+    Which bound (both are rigorous): ``sampling="without_replacement"`` (default) lets
+    ``FedAvg`` draw ``B`` of ``N`` nodes and accounts with Wang, Balle and Kasiviswanathan's
+    bound for sampling without replacement (replace-one adjacency), which is loose for the
+    Gaussian; ``sampling="poisson"`` samples every node independently at rate
+    ``q = sampling_rate`` from the OS entropy source and accounts ``T`` Poisson rounds at ``q``
+    (a node that is not selected sends nothing, so, unlike DP-FedAvg, DP-REC gets no
+    sampled-Gaussian amplification). With ``T = 1000``, ``q = 10/100``, ``c = 0.5``,
+    ``delta = 100^-1.1`` (:func:`dprec.accounting.dprec_epsilon`, ``bits=None``): epsilon 61.08
+    Poisson, 110.94 without replacement. Poisson is tighter here because its selection is
+    private randomness and a client is exposed only in the rounds it joins, while the
+    without-replacement bound is loose.
     Under Poisson sampling the number of clients per round varies (the mean's denominator is
     the realised count), every round is accounted (an empty round too: it sends nothing and
-    returns the global arrays unchanged), and ``reverse="exact"`` is available.
+    returns the global arrays unchanged), and ``reverse="exact"`` is accepted.
+
+    ``N`` (``num_clients``) should be given when the population is known. Otherwise it is the
+    number of nodes connected when the first round is configured: undercounting it only
+    overstates epsilon, but sampling without replacement is accounted only for ``B <= N``, so a
+    later round in which the wrapped strategy samples more than ``N`` nodes (more nodes
+    connected since) makes :meth:`configure_train` raise ``ValueError`` before any message is
+    sent.
 
     A strategy whose own array aggregation differs from FedAvg's (FedAdam, FedAvgM, Krum,
     ...) can be wrapped, but its array logic is replaced by the DP-REC mean (a warning is
@@ -546,11 +570,14 @@ class DPRECStrategy(Strategy):
         overhead against ``delta``) before the first round; default: the ``num_rounds``
         passed to :meth:`start`.
     num_clients : int, optional
-        The population size ``N`` for accounting; default: the number of connected nodes
-        when the first round is configured.
+        The population size ``N`` for accounting; give it when the population is known.
+        Default: the number of connected nodes when the first round is configured. Sampling
+        without replacement refuses (``ValueError`` from :meth:`configure_train`, nothing sent)
+        a round that samples more than ``N`` nodes.
     reverse : {"bound", "exact"}
-        The accountant's reverse-divergence method (``"exact"`` is not available for
-        sampling without replacement in this release: the first round raises ValueError).
+        The accountant's reverse-divergence method; ``"exact"`` only with
+        ``sampling="poisson"`` (the constructor raises ValueError for sampling without
+        replacement, whose replace-one bound holds in both directions).
     sampling : {"without_replacement", "poisson"}
         Who selects each round's nodes and how it is accounted (see above).
     sampling_rate : float, optional
@@ -632,6 +659,11 @@ class DPRECStrategy(Strategy):
             if rng is not None and not isinstance(rng, np.random.Generator):
                 raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
         else:
+            if reverse == "exact":
+                raise ValueError(
+                    "reverse='exact' is not available for sampling='without_replacement' (its bound is a replace-one "
+                    "RDP bound that holds in both directions); use reverse='bound', or sampling='poisson'"
+                )
             if sampling_rate is not None:
                 raise ValueError("sampling_rate is only used with sampling='poisson'")
             if rng is not None:
@@ -734,6 +766,13 @@ class DPRECStrategy(Strategy):
         With ``sampling="poisson"``, each connected node is selected independently with
         probability ``sampling_rate`` and the wrapped strategy builds the train messages for
         exactly the selected nodes; a round that selects none returns no message.
+
+        Raises
+        ------
+        ValueError
+            Sampling without replacement, when the wrapped strategy samples more nodes than the
+            accounting's ``N`` (``num_clients``, or the nodes connected in the first round):
+            raised before any message is returned, so nothing is sent that round.
         """
         self.current_arrays = arrays
         template = self._template = _float_arrays(arrays)
@@ -761,6 +800,8 @@ class DPRECStrategy(Strategy):
                 "distinct nodes (sampling without replacement)"
             )
         num_sampled = len(messages)
+        if self.sampling != "poisson":
+            self._check_sample_size(server_round, num_sampled, num_available)  # before any message is returned
         if num_sampled and self.accountant is None:
             self.accountant = self._new_accountant(template, num_available, num_sampled)
         if self.accountant is not None:
@@ -798,6 +839,31 @@ class DPRECStrategy(Strategy):
             layout.message_nbytes,
         )
         return messages
+
+    def _check_sample_size(self, server_round: int, num_sampled: int, num_available: int) -> None:
+        """Refuse (before anything is sent) a sample larger than the accounting's ``N``.
+
+        Sampling without replacement is accounted for ``B <= N``; the accountant would refuse a
+        larger ``B`` only in :meth:`aggregate_train`, after the clients trained and replied.
+        """
+        if self.accountant is not None:
+            n = int(self.accountant.num_clients)
+        else:
+            n = self.num_clients if self.num_clients is not None else num_available
+        if num_sampled <= n:
+            return
+        origin = (
+            "it was given as num_clients"
+            if self.num_clients is not None
+            else "it was taken from the nodes connected when the first round was configured"
+        )
+        raise ValueError(
+            f"DPRECStrategy: round {server_round} samples B = {num_sampled} of {num_available} connected nodes, "
+            f"more than the accounting's num_clients N = {n} ({origin}); sampling without replacement is "
+            f"accounted only for B <= N, so nothing was sent this round. Give DPRECStrategy num_clients= the "
+            f"population size (or the wrapped strategy a min_available_nodes equal to it, so that the first "
+            f"round sees every node)"
+        )
 
     def select_nodes(self, node_ids: Iterable[int]) -> list[int]:
         """Poisson sampling: each of ``node_ids`` independently with probability ``sampling_rate``.

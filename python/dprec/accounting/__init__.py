@@ -9,9 +9,15 @@ dprec.accounting.rdp
 dprec.accounting.dprec_rec
     The DP-REC accountant (Triastcyn, Reisser and Louizos, final version, Algorithm 7 and
     Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``, for
-    clients sampled with replacement (the paper's), by Poisson sampling or without replacement
+    clients sampled with replacement (the paper's model: each draw a mixture of the target's
+    message with the prior ``p``), by Poisson sampling or without replacement
     (:data:`SAMPLING_SCHEMES`); :class:`DPRECRoundAccountant` for a server loop; the bit-width
-    rule (:class:`DPRECPrivacyWarning`, :func:`dprec_min_bits`).
+    rule (:class:`DPRECPrivacyWarning`, :func:`dprec_min_bits`). Under Poisson sampling an
+    unsampled client sends nothing, so with messages attributed to clients and the target's
+    update against a zero update, a round costs exactly
+    ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` in either direction, against any observer
+    including the server: unlike DP-FedAvg (server-side noise), DP-REC gets no sampled-Gaussian
+    amplification from Poisson sampling.
 dprec.accounting.accountant
     :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
     Gaussian, DDG, Skellam, QMGeo, any RDP curve) like dp_accounting's ``RdpAccountant`` and

@@ -22,17 +22,33 @@ order ``a = lambda + 1`` (integer, ``lambda >= 1``):
 Sampling schemes
 ----------------
 ``sampling=`` (:data:`SAMPLING_SCHEMES`) selects how clients are drawn; ``B = clients_per_round``.
+In every scheme the neighbouring runs are the paper's: the target client's update ``phi``
+against a zero update (its messages against draws from the prior ``p``), except where stated.
 
-``"with_replacement"`` (default; the paper's)
-    ``B`` independent uniform draws from ``N`` per round: ``T B`` steps of the mixture at rate
-    ``1/N``, bounded as above. Adjacency: one client's update against a zero update (its messages
-    against draws from the prior ``p``), the add/remove-one relation the mixture encodes.
+``"with_replacement"`` (default; the paper's model, Algorithm 7, as SPEC mandates)
+    ``B`` independent uniform draws from ``N`` per round: ``T B`` steps, each draw a mixture of
+    the target's message with the prior ``p`` at rate ``1/N`` (the draw picks the target with
+    probability ``1/N``, otherwise a message distributed as ``p``), bounded as above.
 ``"poisson"``
     Every client joins every round independently with probability ``q = B / N`` (``B`` is the
-    *expected* number): ``T`` steps, each the mixture ``(1 - q) p + q q_phi``, so
-    ``k = T * sampled Gaussian RDP at (q, noise multiplier 1/c)`` (Mironov, Talwar and Zhang
-    2019; eq. (62) at rate ``q``) and ``m`` the same bound or ``reverse="exact"``
-    (:func:`dprec_reverse_rdp` at ``q``). Same add/remove adjacency.
+    *expected* number). In DP-REC the noise travels inside each client's message, and a client
+    that is not sampled sends *nothing*: it does not send a draw from ``p``. Messages are
+    attributed to clients (a Flower server knows which node sent what), so the target's part of
+    a round's output is ``(1 - q) {no message} + q N(phi, sigma^2 I)`` against
+    ``(1 - q) {no message} + q N(0, sigma^2 I)``; the other clients' messages are independent
+    of the target and identically distributed in both runs. The no-message atom is disjoint from
+    every message, so the exact Renyi divergence of one round, the same in both directions, is
+    ``eps_round(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``
+    (maximal at ``||phi|| = C``), and ``k = m = T eps_round``. It holds against any observer,
+    the server included (anything less is post-processing). ``reverse="exact"`` and
+    ``reverse="bound"`` give the same numbers, since the forward term is exact and equals the
+    reverse one; both are accepted. Unlike DP-FedAvg, whose noise is added by the server to the
+    sum, DP-REC does **not** get the sampled-Gaussian amplification
+    ``(1 - q) p + q q_phi`` vs ``p`` (Mironov, Talwar and Zhang 2019) under Poisson sampling:
+    that mixture would need an unsampled client to send a draw from ``p``. (Even an observer of
+    the decoded sum alone is not covered by that curve when ``N`` is small: the sum's variance
+    grows with the number of participants, which reveals participation.) For small ``c`` the
+    per-round cost is about ``q a c^2 / 2``, linear rather than quadratic in ``q``.
 ``"without_replacement"``
     Exactly ``B`` distinct clients drawn uniformly each round (what Flower's ``FedAvg`` does):
     ``T`` steps of Wang, Balle and Kasiviswanathan's (AISTATS 2019) bound for sampling without
@@ -42,9 +58,10 @@ Sampling schemes
     any other): two clipped updates differ by up to ``2C``, so the base mechanism's RDP is
     ``a (2C)^2 / (2 sigma^2) = 2 a c^2``, four times the add/remove one. An RDP bound under a
     symmetric relation holds in both directions, so ``k = m`` = ``T`` times that curve;
-    ``reverse="exact"`` is not available (``ValueError`` naming ``reverse``). It is never tighter
-    than ``"poisson"`` at the same ``B / N`` (the tests check this), but it certifies a stronger
-    relation, and it is what a fixed-size sampler actually does.
+    ``reverse="exact"`` is not available (``ValueError`` naming ``reverse``). It certifies a
+    stronger relation than the other two schemes, and it is what a fixed-size sampler actually
+    does. (Its comparison with ``"poisson"`` depends on the setting: at ``T = 1000``, ``B = 10``,
+    ``N = 100``, ``c = 0.5``, ``delta = N^-1.1`` it gives about 111 against Poisson's 61.)
 
 In every scheme ``rho = T B exp(c^2)`` (Algorithm 7 literally: one ``exp(D_2)`` per message
 sent). For ``"poisson"`` (``B`` expected) and ``"without_replacement"`` this is conservative: the
@@ -177,6 +194,9 @@ def dprec_forward_rdp(clip_multiplier: float, sampling_rate: float, orders: Any 
 
     ``= 1/(a-1) log E_{k ~ Bin(a, q)} exp((k^2 - k) c^2 / 2)`` with ``c = C / sigma``: the sampled
     Gaussian RDP with noise multiplier ``1/c`` (Mironov, Talwar and Zhang 2019, integer case).
+    This is the step of ``sampling="with_replacement"`` (``q = 1/N``); it is *not* the cost of a
+    Poisson round, where an unsampled client sends nothing rather than a draw from ``p`` (see
+    :mod:`dprec.accounting.dprec_rec`).
 
     Parameters
     ----------
@@ -510,6 +530,31 @@ def _round_unit(sampling: str, b: int, n: int) -> tuple[float, int]:
     return b / n, 1
 
 
+def _poisson_round_rdp(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
+    """Exact RDP of one Poisson round of DP-REC, both directions (see the module docstring).
+
+    ``eps(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``: the target's message is absent
+    with probability ``1 - q`` in both runs (a common atom, disjoint from every message) and
+    otherwise ``N(phi, sigma^2 I)`` against ``N(0, sigma^2 I)``, whose ``a``-th moment of the
+    likelihood ratio is ``exp(a (a-1) c^2 / 2)`` at ``||phi|| = C`` in either direction.
+
+    Computed as ``log1p(q expm1(x)) / (a-1)`` with ``x = a (a-1) c^2 / 2`` (accurate to rounding
+    when the divergence is tiny) and, where ``expm1(x)`` would overflow, as
+    ``logaddexp(log1p(-q), log q + x) / (a-1)``; ``q = 1`` gives ``a c^2 / 2`` exactly.
+    """
+    if q == 1.0:
+        return alphas * c * c / 2.0
+    with np.errstate(over="ignore"):
+        x = alphas * (alphas - 1.0) * (c * c / 2.0)
+    out = np.empty(alphas.shape)
+    small = x <= 700.0
+    out[small] = np.log1p(q * np.expm1(x[small]))
+    big = ~small
+    if np.any(big):
+        out[big] = np.logaddexp(math.log1p(-q), math.log(q) + x[big])
+    return out / (alphas - 1.0)
+
+
 def _step_curves(
     c: float, b: int, n: int, alphas: np.ndarray, sampling: str, reverse: str
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -518,11 +563,21 @@ def _step_curves(
         curve = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, alphas)
         return curve, curve.copy()
     q, _ = _round_unit(sampling, b, n)
-    return _rate_curves(c, q, alphas, reverse)
+    return _rate_curves(c, q, alphas, reverse, sampling)
 
 
-def _rate_curves(c: float, q: float, alphas: np.ndarray, reverse: str) -> tuple[np.ndarray, np.ndarray]:
-    """Forward and reverse RDP of one step of the mixture at rate ``q`` (``"with_replacement"``, ``"poisson"``)."""
+def _rate_curves(
+    c: float, q: float, alphas: np.ndarray, reverse: str, sampling: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and reverse RDP of one step at rate ``q`` (``"with_replacement"`` or ``"poisson"``).
+
+    ``"with_replacement"``: the mixture ``(1-q) p + q q_phi`` against ``p`` (eq. (62); the reverse
+    term bounded or exact). ``"poisson"``: the exact per-round divergence
+    (:func:`_poisson_round_rdp`), the same in both directions, so ``reverse`` does not matter.
+    """
+    if sampling == "poisson":
+        curve = _poisson_round_rdp(c, q, alphas)
+        return curve, curve.copy()
     forward = sampled_gaussian_rdp(q, 1.0 / c, alphas)
     if reverse == "bound":
         return forward, forward.copy()
@@ -627,11 +682,13 @@ def dprec_epsilon(
     ``eps = min_lambda [k + m - log(delta - 12 rho / 2^b) / lambda]`` with ``rho = T B exp(c^2)``
     and ``k``, ``m`` by the sampling scheme (see :mod:`dprec.accounting.dprec_rec`):
 
-    * ``"with_replacement"`` (the paper's): ``T B`` steps of the mixture at rate ``1/N``
-      (eq. (62)), add/remove-one client (against a zero update);
-    * ``"poisson"``: ``T`` steps of the mixture at rate ``q = B/N`` (Poisson sampling, ``B``
-      expected clients), sampled Gaussian RDP at noise multiplier ``1/c`` (Mironov, Talwar and
-      Zhang 2019); the same adjacency;
+    * ``"with_replacement"`` (the paper's model): ``T B`` draws, each a mixture of the target's
+      message with the prior ``p`` at rate ``1/N`` (eq. (62)); the target's update against a
+      zero update;
+    * ``"poisson"``: ``T`` rounds at rate ``q = B/N`` (``B`` expected clients), each with the
+      exact divergence ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` for both ``k`` and ``m``
+      (an unsampled client sends no message, so there is no sampled-Gaussian amplification as in
+      DP-FedAvg); the target's update against a zero update, messages attributed to clients;
     * ``"without_replacement"``: ``T`` steps of Wang, Balle and Kasiviswanathan's (2019) bound for
       ``B`` of ``N`` drawn without replacement, Gaussian base mechanism with replace-one
       sensitivity ``2C`` (:func:`~dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement`
@@ -652,11 +709,25 @@ def dprec_epsilon(
         result is then only valid when that term is negligible against ``delta``.
     reverse : {"bound", "exact"}
         How ``m`` is obtained (see :func:`dprec_reverse_rdp`); ``"bound"`` reproduces the paper.
-        ``"exact"`` is not available for ``"without_replacement"``.
+        ``"exact"`` is not available for ``"without_replacement"``; for ``"poisson"`` both give
+        the same numbers (the per-round divergence is exact and symmetric).
     orders : sequence of int, optional
         Integer orders ``a = lambda + 1 >= 2``; default ``2 .. 257``.
     sampling : {"with_replacement", "poisson", "without_replacement"}
         How clients are drawn each round.
+
+        * ``"with_replacement"``: the paper's model (Algorithm 7), ``B`` uniform draws per round,
+          each a mixture of the target's message with the prior ``p``.
+        * ``"poisson"``: each client joins a round independently with probability
+          ``q = B / N`` and an unsampled client sends nothing. With messages attributed to
+          clients and the target's update replaced by a zero update (the paper's comparison
+          with ``p``), a round outputs ``(1-q) {no message} + q N(phi, sigma^2 I)`` against
+          ``(1-q) {no message} + q N(0, sigma^2 I)``, whose exact Renyi divergence in either
+          direction is ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)``; valid against any
+          observer, the server included. Unlike DP-FedAvg (server-side noise), DP-REC does not
+          get the sampled-Gaussian amplification under Poisson sampling.
+        * ``"without_replacement"``: ``B`` distinct clients per round, replace-one adjacency
+          (Wang, Balle and Kasiviswanathan 2019).
 
     Raises
     ------
@@ -830,8 +901,16 @@ class DPRECRoundAccountant:
     """DP-REC privacy accountant stepped once per federated round (a server loop's companion).
 
     Composes the scheme's per-round curves as rounds happen; the number of clients may change
-    from round to round (one curve per distinct ``B``, each multiplied by its count, ``rho`` the
-    sum of all ``B``). ``T`` rounds of a constant ``B`` give exactly :func:`dprec_epsilon`'s result.
+    from round to round (one curve per distinct ``B`` or rate, each multiplied by its count,
+    ``rho`` the sum of all ``B``). ``T`` rounds of a constant ``B`` give exactly
+    :func:`dprec_epsilon`'s result. The model is :func:`dprec_epsilon`'s: the target's update
+    against a zero update, messages attributed to clients. With ``"with_replacement"`` (the
+    paper's Algorithm 7) a round is ``B`` draws, each a mixture of the target's message with the
+    prior ``p``. With ``"poisson"`` a round at rate ``q`` (``B / N`` or ``sampling_rate``) costs
+    exactly ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` in each direction: an unsampled
+    client sends nothing, so unlike DP-FedAvg (server-side noise) there is no sampled-Gaussian
+    amplification, and the guarantee holds against the server too; ``reverse`` does not change
+    the numbers.
     Applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`): a planned ``rounds`` is
     checked here, and every :meth:`step` before it composes::
 
@@ -857,7 +936,8 @@ class DPRECRoundAccountant:
         Target delta in (0, 1).
     sampling : {"with_replacement", "poisson", "without_replacement"}
     reverse : {"bound", "exact"}
-        ``"exact"`` is not available for ``"without_replacement"``.
+        ``"exact"`` is not available for ``"without_replacement"``; for ``"poisson"`` both give
+        the same numbers.
     rounds : int, optional
         The planned number of rounds: the bit-width rule is checked for it now.
     groups : int, optional
@@ -867,7 +947,7 @@ class DPRECRoundAccountant:
     sampling_rate : float, optional
         ``"poisson"`` only, instead of ``clients_per_round``: the default rate ``q`` in (0, 1]
         of :meth:`step`, which need not be a multiple of ``1/N``. Each such round composes the
-        mixture at rate ``q`` and counts ``ceil(q N)`` messages in ``rho`` (the expected number,
+        exact Poisson round at rate ``q`` (above) and counts ``ceil(q N)`` messages in ``rho`` (the expected number,
         rounded up; exactly ``q N`` when that is an integer, so ``sampling_rate=B/N`` gives the
         same numbers as ``clients_per_round=B``). :attr:`clients_per_round` is then ``ceil(q N)``.
 
@@ -913,7 +993,7 @@ class DPRECRoundAccountant:
             raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {groups} > {bits}")
         self._alphas = _orders(orders)
         self._planned = None if rounds is None else check_count(rounds, "rounds")
-        if self._reverse == "exact":
+        if self._reverse == "exact" and self._sampling == "with_replacement":
             # The exact reverse term has a limit on c: fail now rather than at the first step.
             dprec_reverse_rdp(self._c, 0.5, [2.0], reverse="exact")
         # Curve keys: B (an int; 0 for every B with replacement), or a Poisson rate q < 1 with q N not
@@ -987,7 +1067,7 @@ class DPRECRoundAccountant:
             key = 0  # one curve for every B
         if key not in self._curves:
             if isinstance(key, float):
-                self._curves[key] = _rate_curves(self._c, key, self._alphas, self._reverse)
+                self._curves[key] = _rate_curves(self._c, key, self._alphas, self._reverse, self._sampling)
             else:
                 self._curves[key] = _step_curves(self._c, b, self._n, self._alphas, self._sampling, self._reverse)
         units = dict(self._units)
