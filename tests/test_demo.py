@@ -118,7 +118,7 @@ def test_dp_fedavg_epsilon_full_batch_is_the_gaussian_mechanism():
         ["--epsilon", "nan"],
         ["--delta", "1"],
         ["--seed", "-1"],
-        ["--reverse", "both"],
+        ["--clip", "0"],
     ],
 )
 def test_bad_arguments_exit_with_an_argparse_error(argv, capsys):
