@@ -96,18 +96,34 @@ def test_without_replacement_curve_matches_300_digit_arithmetic():
 
 
 @pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (3500, 100, 1.41), (660, 66, 1.435), (1000, 1, 2.0)])
-def test_without_replacement_scheme_matches_dp_accounting(n, b, c):
-    # The DP-REC round under replace-one: base Gaussian with sensitivity 2C, sigma = C / c.
-    curve = _dpa_wor(n, b, 1.0 / (2.0 * c), ORDERS)
+def test_without_replacement_round_is_the_attributed_divergence(n, b, c):
+    # The target is drawn with probability B/N and otherwise sends nothing: the Poisson round's
+    # exact divergence at q = B/N, the same in both directions, whatever ``reverse`` says.
     t, delta = 50, n**-1.1
-    result = dprec_epsilon(
-        rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=None, orders=ORDERS,
-        sampling="without_replacement",
-    )
-    assert result.epsilon == pytest.approx(_moments_eps(t * np.minimum(curve, 2 * ORDERS * c * c), ORDERS, delta),
-                                           rel=1e-10)
-    assert result.forward == result.reverse  # one replace-one bound, both directions
+    kw = dict(rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=None, orders=ORDERS)
+    result = dprec_epsilon(**kw, sampling="without_replacement")
+    curve = _poisson_round(b / n, c, ORDERS)
+    assert result.epsilon == pytest.approx(_moments_eps(t * curve, ORDERS, delta), rel=1e-12)
+    assert result.forward == result.reverse
     assert (result.steps, result.sampling_rate, result.sampling) == (t, b / n, "without_replacement")
+    exact = dprec_epsilon(**kw, sampling="without_replacement", reverse="exact")
+    assert exact.epsilon == result.epsilon
+    assert dprec_epsilon(**kw, sampling="poisson").epsilon == result.epsilon
+
+
+def test_without_replacement_does_not_use_the_symmetric_mechanism_bound():
+    # Wang-Balle-Kasiviswanathan's bound (replace-one, sensitivity 2C) is for mechanisms symmetric
+    # in the clients. A server that knows who sent each message sees the target's absence as an
+    # atom of its own, and then the exact divergence exceeds that bound at small c: the
+    # accountant must not use it (an earlier version did).
+    orders = np.arange(2.0, 40.0)
+    n, b, c = 100, 10, 0.3
+    wbk = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, orders)
+    attributed = _poisson_round(b / n, c, orders)
+    assert np.any(attributed > wbk)
+    result = DPRECRoundAccountant(clients_per_round=b, num_clients=n, clip_multiplier=c, delta=1e-5, bits=None,
+                                  sampling="without_replacement", orders=orders).step()
+    np.testing.assert_allclose(result.forward, attributed[list(orders).index(result.order)], rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,24 +227,12 @@ def test_poisson_covers_the_aggregate_only_view_that_the_old_curve_missed():
 @pytest.mark.parametrize("n, b, c", [(100, 10, 0.545), (100, 10, 0.5), (3500, 100, 1.41), (1000, 1, 2.0),
                                      (200, 150, 0.8)])
 def test_scheme_ordering_on_the_tested_grid(n, b, c):
-    # On this grid (c >= 0.5) without replacement (replace-one) costs at least as much as Poisson
-    # at every order, and with replacement (the paper's model) the least.
-    orders = np.arange(2.0, 258.0)
-    wor = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, orders)
-    assert np.all(wor >= _poisson_round(b / n, c, orders))
+    # Poisson and without replacement have the same exact round at q = B/N; the paper's
+    # with-replacement model (a mixture with the prior) costs the least on this grid.
     kw = dict(rounds=100, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=1e-5, bits=None)
     eps = {s: dprec_epsilon(**kw, sampling=s).epsilon for s in SAMPLING_SCHEMES}
-    assert eps["with_replacement"] <= eps["poisson"] <= eps["without_replacement"]
-
-
-def test_without_replacement_can_beat_poisson_at_small_c():
-    # Poisson has no sampled-Gaussian amplification (about q a c^2 / 2 per round, linear in q),
-    # while the without-replacement bound is quadratic in B/N for small c: there it is tighter.
-    orders = np.arange(2.0, 258.0)
-    wor = sampled_gaussian_rdp_without_replacement(10, 1000, 1.0 / 0.1, orders)
-    assert np.all(wor < _poisson_round(0.01, 0.1, orders))
-    kw = dict(rounds=1000, clients_per_round=10, num_clients=1000, clip_multiplier=0.1, delta=1e-5, bits=None)
-    assert dprec_epsilon(**kw, sampling="without_replacement").epsilon < dprec_epsilon(**kw, sampling="poisson").epsilon
+    assert eps["poisson"] == eps["without_replacement"]
+    assert eps["with_replacement"] <= eps["poisson"]
 
 
 def test_the_three_schemes_at_the_flower_example():
@@ -239,7 +243,7 @@ def test_the_three_schemes_at_the_flower_example():
     poisson = 2 * 1000 * math.log(0.9 + 0.1 * math.exp(0.25)) + 1.1 * math.log(100)
     assert eps["poisson"].order == 2.0 and eps["poisson"].epsilon == pytest.approx(poisson, rel=1e-12)
     assert eps["poisson"].epsilon == pytest.approx(61.08, abs=0.01)
-    assert eps["without_replacement"].epsilon == pytest.approx(110.94, abs=0.01)
+    assert eps["without_replacement"].epsilon == eps["poisson"].epsilon
     assert eps["with_replacement"].epsilon == pytest.approx(2.70, abs=0.01)
 
 
@@ -251,7 +255,7 @@ def test_with_replacement_is_unchanged():
     assert (default.steps, default.sampling_rate, default.messages, default.rounds) == (10_000, 0.01, 10_000, 1000)
 
 
-def test_poisson_reverse_methods_agree_and_wor_refuses_exact():
+def test_poisson_reverse_methods_agree():
     # The Poisson round's divergence is exact and symmetric: "bound" and "exact" give the same.
     kw = dict(rounds=100, clients_per_round=10, num_clients=1000, clip_multiplier=1.0, delta=1e-5, bits=None)
     bound = dprec_epsilon(**kw, sampling="poisson")
@@ -267,8 +271,6 @@ def test_poisson_reverse_methods_agree_and_wor_refuses_exact():
                          sampling="poisson", reverse="exact")
     with pytest.raises(ValueError, match="clip_multiplier"):
         dprec_epsilon(**big, reverse="exact")
-    with pytest.raises(ValueError, match="reverse"):
-        dprec_epsilon(**kw, sampling="without_replacement", reverse="exact")
 
 
 @pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
@@ -313,10 +315,7 @@ def test_varying_clients_per_round(sampling):
     acc.step(clients_per_round=40)
     result = acc.step(rounds=2)
     orders = np.arange(2.0, 258.0)
-    if sampling == "poisson":
-        curve = {b: _poisson_round(b / 500, 0.8, orders) for b in (10, 40)}
-    else:
-        curve = {b: sampled_gaussian_rdp_without_replacement(b, 500, 1 / 0.8, orders) for b in (10, 40)}
+    curve = {b: _poisson_round(b / 500, 0.8, orders) for b in (10, 40)}  # the same exact round for both
     composed = 3 * curve[10] + curve[40]
     overhead = dprec_overhead(70, 0.8, 45)
     eps = 2 * composed - math.log(1e-6 - overhead) / (orders - 1)
@@ -440,7 +439,7 @@ def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
         (lambda: dprec_epsilon(**dict(RULE, bits=None, clients_per_round=1001), rounds=1, sampling="poisson"),
          ValueError, "clients_per_round"),
         (lambda: DPRECRoundAccountant(bits=40, sampling="x", **RULE), ValueError, "sampling"),
-        (lambda: DPRECRoundAccountant(bits=40, sampling="without_replacement", reverse="exact", **RULE), ValueError,
+        (lambda: DPRECRoundAccountant(bits=40, sampling="without_replacement", reverse="both", **RULE), ValueError,
          "reverse"),
         (lambda: DPRECRoundAccountant(bits=40, rounds=0, **RULE), ValueError, "rounds"),
         (lambda: DPRECRoundAccountant(bits=40, groups=41, **RULE), ValueError, "groups"),

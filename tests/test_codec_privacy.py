@@ -206,7 +206,7 @@ def test_codec_accountant_is_tied_to_the_layout():
     [
         (lambda c: c.epsilon(FOUR, **dict(RUN, rounds=0)), ValueError, "rounds"),
         (lambda c: c.epsilon(FOUR, **RUN, sampling="shuffled"), ValueError, "sampling"),
-        (lambda c: c.epsilon(FOUR, **RUN, sampling="without_replacement", reverse="exact"), ValueError, "reverse"),
+        (lambda c: c.epsilon(FOUR, **RUN, sampling="without_replacement", reverse="both"), ValueError, "reverse"),
         (lambda c: c.epsilon(FOUR, **dict(RUN, delta=2.0)), ValueError, "delta"),
         (lambda c: c.epsilon(FOUR, **dict(RUN, clients_per_round=2000), sampling="poisson"), ValueError,
          "clients_per_round"),

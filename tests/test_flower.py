@@ -474,11 +474,10 @@ def test_strategy_arguments():
         DPRECStrategy(FedAvg(), codec, delta=DELTA, num_rounds=0)
     with pytest.raises(ValueError, match="reverse"):
         DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="loose")
-    # reverse="exact" has no bound for sampling without replacement: refused by the constructor, not at round 1.
-    with pytest.raises(ValueError, match="reverse='exact'"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact")
-    with pytest.raises(ValueError, match="reverse='exact'"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact", sampling="without_replacement")
+    # A bad reverse is refused by the constructor, not at round 1; "exact" is accepted in both modes.
+    with pytest.raises(ValueError, match="reverse"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="both")
+    assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact")
     assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact", sampling="poisson", sampling_rate=0.5)
     # The bit-width rule is checked when the first round is configured, before anything is sent.
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)

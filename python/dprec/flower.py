@@ -63,10 +63,10 @@ server adds to the sum: in DP-REC the noise travels inside each client's message
     The wrapped strategy selects: Flower's ``FedAvg`` samples ``B`` distinct nodes out of the
     ``N`` connected ones each round. The wrapper records ``B`` (train messages sent) and ``N``
     in :meth:`DPRECStrategy.configure_train`, and steps a :meth:`DPRECCodec.accountant` with
-    ``sampling="without_replacement"`` once per round in which messages were received: Wang,
-    Balle and Kasiviswanathan's (2019) bound for sampling without replacement, under replace-one
-    adjacency (two clipped updates differ by up to ``2C``). It certifies that stronger relation,
-    but the bound is loose for the Gaussian.
+    ``sampling="without_replacement"`` once per round in which messages were received. A client
+    is drawn with probability ``q = B / N`` and otherwise sends nothing, and the server knows
+    which node sent each message, so a round costs a client exactly what a Poisson round at
+    ``q`` costs (below).
 ``"poisson"``
     The wrapper selects: every connected node (``grid.get_node_ids()``) takes part in a round
     independently with probability ``sampling_rate``, drawn from the OS entropy source; the
@@ -83,11 +83,11 @@ server adds to the sum: in DP-REC the noise travels inside each client's message
 
 For example (``dprec.accounting.dprec_epsilon(..., bits=None)``, overhead omitted),
 ``T = 1000`` rounds, ``B = 10`` of ``N = 100`` clients per round (``q = 0.1``), ``c = 0.5``,
-``delta = N^-1.1``: epsilon 61.08 with Poisson sampling, 110.94 sampling without replacement.
-Poisson sampling is tighter here because the selection is the wrapper's private randomness (OS
-entropy, unpredictable to the clients and to anyone else) and a client's data are exposed only
-in the rounds it joins, whereas the without-replacement bound is loose. Neither comparison is a
-general rule: compute both for your setting.
+``delta = N^-1.1``: epsilon 61.08 either way. The two modes give the same guarantee at
+``q = B / N``; Poisson sampling allows rates that are not a multiple of ``1 / N``. Both bounds
+hold against the server, which sees every message and who sent it. (Wang, Balle and
+Kasiviswanathan's bound for sampling without replacement covers only mechanisms symmetric in
+the clients, such as DP-FedAvg's noisy sum, so it is not used.)
 
 ``N`` is the number of nodes connected when the first round is configured, unless it is given
 as ``num_clients=``; give it when the population is known. Without replacement, give ``FedAvg``
@@ -525,20 +525,17 @@ class DPRECStrategy(Strategy):
     Evaluation is delegated unchanged. :meth:`start` is Flower's ``Strategy.start`` (its
     ``num_rounds`` also plans the accounting), returning Flower's ``Result``.
 
-    Which bound (both are rigorous): ``sampling="without_replacement"`` (default) lets
-    ``FedAvg`` draw ``B`` of ``N`` nodes and accounts with Wang, Balle and Kasiviswanathan's
-    bound for sampling without replacement (replace-one adjacency), which is loose for the
-    Gaussian; ``sampling="poisson"`` samples every node independently at rate
-    ``q = sampling_rate`` from the OS entropy source and accounts ``T`` Poisson rounds at ``q``
-    (a node that is not selected sends nothing, so, unlike DP-FedAvg, DP-REC gets no
-    sampled-Gaussian amplification). With ``T = 1000``, ``q = 10/100``, ``c = 0.5``,
-    ``delta = 100^-1.1`` (:func:`dprec.accounting.dprec_epsilon`, ``bits=None``): epsilon 61.08
-    Poisson, 110.94 without replacement. Poisson is tighter here because its selection is
-    private randomness and a client is exposed only in the rounds it joins, while the
-    without-replacement bound is loose.
+    Which bound: ``sampling="without_replacement"`` (default) lets ``FedAvg`` draw ``B`` of
+    ``N`` nodes; ``sampling="poisson"`` samples every node independently at rate
+    ``q = sampling_rate`` from the OS entropy source. Either way a node that is not selected
+    sends nothing, so a round costs a client exactly
+    ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)`` at order ``a`` (``q = B / N`` without
+    replacement): unlike DP-FedAvg, DP-REC gets no sampled-Gaussian amplification. With
+    ``T = 1000``, ``q = 10/100``, ``c = 0.5``, ``delta = 100^-1.1``
+    (:func:`dprec.accounting.dprec_epsilon`, ``bits=None``): epsilon 61.08 in both modes.
     Under Poisson sampling the number of clients per round varies (the mean's denominator is
     the realised count), every round is accounted (an empty round too: it sends nothing and
-    returns the global arrays unchanged), and ``reverse="exact"`` is accepted.
+    returns the global arrays unchanged).
 
     ``N`` (``num_clients``) should be given when the population is known. Otherwise it is the
     number of nodes connected when the first round is configured: undercounting it only
@@ -575,9 +572,8 @@ class DPRECStrategy(Strategy):
         without replacement refuses (``ValueError`` from :meth:`configure_train`, nothing sent)
         a round that samples more than ``N`` nodes.
     reverse : {"bound", "exact"}
-        The accountant's reverse-divergence method; ``"exact"`` only with
-        ``sampling="poisson"`` (the constructor raises ValueError for sampling without
-        replacement, whose replace-one bound holds in both directions).
+        The accountant's reverse-divergence method; both give the same numbers here (each
+        round's divergence is exact and symmetric).
     sampling : {"without_replacement", "poisson"}
         Who selects each round's nodes and how it is accounted (see above).
     sampling_rate : float, optional
@@ -659,11 +655,6 @@ class DPRECStrategy(Strategy):
             if rng is not None and not isinstance(rng, np.random.Generator):
                 raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
         else:
-            if reverse == "exact":
-                raise ValueError(
-                    "reverse='exact' is not available for sampling='without_replacement' (its bound is a replace-one "
-                    "RDP bound that holds in both directions); use reverse='bound', or sampling='poisson'"
-                )
             if sampling_rate is not None:
                 raise ValueError("sampling_rate is only used with sampling='poisson'")
             if rng is not None:

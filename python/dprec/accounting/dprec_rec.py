@@ -50,18 +50,17 @@ against a zero update (its messages against draws from the prior ``p``), except 
     grows with the number of participants, which reveals participation.) For small ``c`` the
     per-round cost is about ``q a c^2 / 2``, linear rather than quadratic in ``q``.
 ``"without_replacement"``
-    Exactly ``B`` distinct clients drawn uniformly each round (what Flower's ``FedAvg`` does):
-    ``T`` steps of Wang, Balle and Kasiviswanathan's (AISTATS 2019) bound for sampling without
-    replacement, integer orders, with the Gaussian as base mechanism
-    (:func:`dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement` with noise multiplier
-    ``1/c``). Its adjacency is **replace-one** (``N`` is public, one client's update replaced by
-    any other): two clipped updates differ by up to ``2C``, so the base mechanism's RDP is
-    ``a (2C)^2 / (2 sigma^2) = 2 a c^2``, four times the add/remove one. An RDP bound under a
-    symmetric relation holds in both directions, so ``k = m`` = ``T`` times that curve;
-    ``reverse="exact"`` is not available (``ValueError`` naming ``reverse``). It certifies a
-    stronger relation than the other two schemes, and it is what a fixed-size sampler actually
-    does. (Its comparison with ``"poisson"`` depends on the setting: at ``T = 1000``, ``B = 10``,
-    ``N = 100``, ``c = 0.5``, ``delta = N^-1.1`` it gives about 111 against Poisson's 61.)
+    Exactly ``B`` distinct clients drawn uniformly each round (what Flower's ``FedAvg`` does).
+    The target is drawn with probability ``q = B / N``; the set of the other clients drawn and
+    their messages do not depend on the target's update, and with messages attributed to
+    clients the target's absence is again an atom disjoint from every message. So a round has
+    exactly the Poisson divergence at ``q = B / N``, ``log(1 - q + q exp(a (a-1) c^2 / 2)) /
+    (a - 1)`` in both directions, valid against any observer, the server included; both
+    ``reverse`` values give it. (Wang, Balle and Kasiviswanathan's (AISTATS 2019) bound for
+    sampling without replacement, :func:`dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement`,
+    assumes a mechanism that is symmetric in the clients, such as DP-FedAvg's noisy sum; a
+    server that knows which client sent each message is not covered by it, so DP-REC does not
+    use it: it is below this exact divergence for small ``c``.)
 
 In every scheme ``rho = T B exp(c^2)`` (Algorithm 7 literally: one ``exp(D_2)`` per message
 sent). For ``"poisson"`` (``B`` expected) and ``"without_replacement"`` this is conservative: the
@@ -131,7 +130,7 @@ from ._checks import (
     check_positive,
     check_probability,
 )
-from .rdp import sampled_gaussian_rdp, sampled_gaussian_rdp_without_replacement
+from .rdp import sampled_gaussian_rdp
 
 __all__ = [
     "DPREC_DEFAULT_ORDERS",
@@ -371,13 +370,7 @@ def _check_sampling(sampling: Any) -> str:
 
 
 def _check_reverse_for(reverse: Any, sampling: str) -> str:
-    reverse = _check_reverse(reverse)
-    if reverse == "exact" and sampling == "without_replacement":
-        raise ValueError(
-            "reverse='exact' is not available for sampling='without_replacement': its curve is a "
-            "replace-one RDP bound that holds in both directions, which reverse='bound' uses for both"
-        )
-    return reverse
+    return _check_reverse(reverse)
 
 
 def _check_clients(b: int, n: int, sampling: str, name: str = "clients_per_round") -> None:
@@ -559,9 +552,6 @@ def _step_curves(
     c: float, b: int, n: int, alphas: np.ndarray, sampling: str, reverse: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Forward and reverse RDP of one (uncomposed) step of the scheme."""
-    if sampling == "without_replacement":
-        curve = sampled_gaussian_rdp_without_replacement(b, n, 1.0 / c, alphas)
-        return curve, curve.copy()
     q, _ = _round_unit(sampling, b, n)
     return _rate_curves(c, q, alphas, reverse, sampling)
 
@@ -569,13 +559,14 @@ def _step_curves(
 def _rate_curves(
     c: float, q: float, alphas: np.ndarray, reverse: str, sampling: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Forward and reverse RDP of one step at rate ``q`` (``"with_replacement"`` or ``"poisson"``).
+    """Forward and reverse RDP of one step at rate ``q``.
 
     ``"with_replacement"``: the mixture ``(1-q) p + q q_phi`` against ``p`` (eq. (62); the reverse
-    term bounded or exact). ``"poisson"``: the exact per-round divergence
-    (:func:`_poisson_round_rdp`), the same in both directions, so ``reverse`` does not matter.
+    term bounded or exact). ``"poisson"`` and ``"without_replacement"`` (``q = B/N``): the exact
+    per-round divergence (:func:`_poisson_round_rdp`), the same in both directions, so
+    ``reverse`` does not matter.
     """
-    if sampling == "poisson":
+    if sampling != "with_replacement":
         curve = _poisson_round_rdp(c, q, alphas)
         return curve, curve.copy()
     forward = sampled_gaussian_rdp(q, 1.0 / c, alphas)
@@ -689,10 +680,9 @@ def dprec_epsilon(
       exact divergence ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` for both ``k`` and ``m``
       (an unsampled client sends no message, so there is no sampled-Gaussian amplification as in
       DP-FedAvg); the target's update against a zero update, messages attributed to clients;
-    * ``"without_replacement"``: ``T`` steps of Wang, Balle and Kasiviswanathan's (2019) bound for
-      ``B`` of ``N`` drawn without replacement, Gaussian base mechanism with replace-one
-      sensitivity ``2C`` (:func:`~dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement`
-      at noise multiplier ``1/c``), used for both ``k`` and ``m``; replace-one adjacency.
+    * ``"without_replacement"``: ``B`` of ``N`` drawn without replacement; the target is drawn
+      with probability ``q = B/N`` and otherwise sends nothing, so each round has the same exact
+      divergence as a Poisson round at that rate.
 
     Parameters
     ----------
@@ -709,8 +699,8 @@ def dprec_epsilon(
         result is then only valid when that term is negligible against ``delta``.
     reverse : {"bound", "exact"}
         How ``m`` is obtained (see :func:`dprec_reverse_rdp`); ``"bound"`` reproduces the paper.
-        ``"exact"`` is not available for ``"without_replacement"``; for ``"poisson"`` both give
-        the same numbers (the per-round divergence is exact and symmetric).
+        For ``"poisson"`` and ``"without_replacement"`` both give the same numbers (the per-round
+        divergence is exact and symmetric).
     orders : sequence of int, optional
         Integer orders ``a = lambda + 1 >= 2``; default ``2 .. 257``.
     sampling : {"with_replacement", "poisson", "without_replacement"}
@@ -726,8 +716,9 @@ def dprec_epsilon(
           direction is ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)``; valid against any
           observer, the server included. Unlike DP-FedAvg (server-side noise), DP-REC does not
           get the sampled-Gaussian amplification under Poisson sampling.
-        * ``"without_replacement"``: ``B`` distinct clients per round, replace-one adjacency
-          (Wang, Balle and Kasiviswanathan 2019).
+        * ``"without_replacement"``: ``B`` distinct clients per round; the target is drawn with
+          probability ``q = B / N`` and otherwise sends nothing, so a round has the Poisson
+          round's exact divergence at that rate.
 
     Raises
     ------
@@ -936,8 +927,7 @@ class DPRECRoundAccountant:
         Target delta in (0, 1).
     sampling : {"with_replacement", "poisson", "without_replacement"}
     reverse : {"bound", "exact"}
-        ``"exact"`` is not available for ``"without_replacement"``; for ``"poisson"`` both give
-        the same numbers.
+        For ``"poisson"`` and ``"without_replacement"`` both give the same numbers.
     rounds : int, optional
         The planned number of rounds: the bit-width rule is checked for it now.
     groups : int, optional
