@@ -43,6 +43,7 @@ from dprec.flower import (  # noqa: E402
     codec_config,
     codec_from_config,
     dprec_mod,
+    make_dprec_mod,
     wire_nbytes,
 )
 
@@ -284,6 +285,28 @@ def test_mod_error_replies(case, match):
     assert reply.error.code == ErrorCode.MOD_FAILED_PRECONDITION
     assert reply.error.reason.startswith("dprec_mod: ")
     assert re.search(match, reply.error.reason), reply.error.reason
+
+
+def test_capped_mod_refuses_a_larger_clip_multiplier_before_training():
+    trained = []
+
+    def call_next(m, c):
+        trained.append(m)
+        return train_fn(m, c)
+
+    strict = make_dprec_mod(max_clip_multiplier=CLIP / 2)
+    reply = strict(train_message(make_codec()), make_context(), call_next)
+    assert reply.has_error() and reply.error.code == ErrorCode.MOD_FAILED_PRECONDITION
+    assert "max_clip_multiplier" in reply.error.reason and f"clip_multiplier={CLIP:g}" in reply.error.reason
+    assert not trained, "the client must not train when it refuses the server's c"
+    # At or below the cap the capped mod is dprec_mod.
+    loose = make_dprec_mod(max_clip_multiplier=CLIP)
+    reply = loose(train_message(make_codec()), make_context(), call_next)
+    assert not reply.has_error() and len(trained) == 1 and RECORD_KEY in reply.content
+    with pytest.raises(ValueError, match="max_clip_multiplier"):
+        make_dprec_mod(max_clip_multiplier=0.0)
+    with pytest.raises(TypeError, match="max_clip_multiplier"):
+        make_dprec_mod(max_clip_multiplier="1")
 
 
 def test_mod_float64_and_float16_updates():

@@ -142,6 +142,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without flwr
         'pip install "dprec[flower]"'
     ) from exc
 
+from ._validation import check_positive
 from .codec import DPRECCodec, DPRECMessage, Layout
 
 __all__ = [
@@ -158,6 +159,7 @@ __all__ = [
     "codec_config",
     "codec_from_config",
     "dprec_mod",
+    "make_dprec_mod",
     "wire_nbytes",
 ]
 
@@ -372,6 +374,39 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
         not wrapped in :class:`DPRECStrategy`), not exactly one ArrayRecord in the message or
         the reply, or reply arrays whose keys, shapes or dtypes do not match the global ones.
     """
+    return _dprec_mod(msg, context, call_next, None)
+
+
+def make_dprec_mod(*, max_clip_multiplier: float) -> Callable[[Message, Context, Callable], Message]:
+    """:func:`dprec_mod` with a client-side cap on the privacy the server may spend.
+
+    The codec parameters come from the server; a client that does not trust it to pick them
+    caps ``c`` (``clip_multiplier``, which alone sets the guarantee for a given sampling and
+    number of rounds): a train message asking for more gets an error reply
+    (``ErrorCode.MOD_FAILED_PRECONDITION``) and the client does not train on its data.
+
+    Parameters
+    ----------
+    max_clip_multiplier : float
+        The largest ``c`` this client accepts, ``> 0``.
+
+    Returns
+    -------
+    callable
+        A Flower mod: ``ClientApp(mods=[make_dprec_mod(max_clip_multiplier=0.5)])``.
+    """
+    cap = check_positive(max_clip_multiplier, "max_clip_multiplier")
+
+    def capped_dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+        return _dprec_mod(msg, context, call_next, cap)
+
+    return capped_dprec_mod
+
+
+def _dprec_mod(
+    msg: Message, context: Context, call_next: Callable[[Message, Context], Message], max_clip_multiplier: float | None
+) -> Message:
+    """:func:`dprec_mod`'s work, with an optional cap on the server's ``clip_multiplier``."""
     if not _is_train(msg) or msg.has_error() or not msg.has_content():
         return call_next(msg, context)
     found = _find_config(msg.content, CONFIG_SIGMA)
@@ -385,6 +420,12 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
         codec = codec_from_config(found[1])
     except (KeyError, TypeError, ValueError) as exc:
         return _error_reply(msg, f"bad DP-REC codec parameters in the message's config: {exc}")
+    if max_clip_multiplier is not None and codec.clip_multiplier > max_clip_multiplier:
+        return _error_reply(
+            msg,
+            f"the server asks for clip_multiplier={codec.clip_multiplier:g}, above this client's "
+            f"max_clip_multiplier={max_clip_multiplier:g}; not training (a larger c spends more privacy)",
+        )
     if len(msg.content.array_records) != 1:
         return _error_reply(
             msg, f"expects exactly one ArrayRecord in the train message, found {len(msg.content.array_records)}"
