@@ -7,6 +7,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,13 +42,38 @@ class InterruptPoll {
     clock::time_point next_;
 };
 
-int default_threads() {
-    if (const char* env = std::getenv("DPREC_NUM_THREADS")) {
-        const int n = std::atoi(env);
-        if (n > 0) return n;
+// Parses DPREC_NUM_THREADS: -1 when unset or blank, the count when valid (0 included),
+// -2 with *problem set when unusable.
+int parse_env_threads(std::string* problem) {
+    const char* env = std::getenv("DPREC_NUM_THREADS");
+    if (!env) return -1;
+    const std::string text(env);
+    const char* space = " \t\n\r\f\v";
+    const size_t first = text.find_first_not_of(space);
+    if (first == std::string::npos) return -1;  // empty or blank: as if unset
+    const std::string digits = text.substr(first, text.find_last_not_of(space) - first + 1);
+    long value = 0;
+    bool ok = digits.size() <= 9;
+    for (char c : digits) {
+        ok = ok && c >= '0' && c <= '9';
+        if (ok) value = value * 10 + (c - '0');
     }
+    if (ok && value <= kMaxThreads) return static_cast<int>(value);
+    if (problem)
+        *problem = "DPREC_NUM_THREADS='" + text + "' is not an integer in [0, " + std::to_string(kMaxThreads) +
+                   "]; it is ignored and the default is used";
+    return -2;
+}
+
+int hardware_threads() {
     const unsigned hw = std::thread::hardware_concurrency();
-    return hw > 0 ? static_cast<int>(hw) : 1;
+    if (hw == 0) return 1;
+    return hw > static_cast<unsigned>(kMaxThreads) ? kMaxThreads : static_cast<int>(hw);
+}
+
+int default_threads() {
+    const int n = parse_env_threads(nullptr);
+    return n > 0 ? n : hardware_threads();
 }
 
 // Spin-waiting: a kernel often makes several parallel_for calls back to back (the passes of
@@ -84,21 +111,27 @@ bool spin_until(const Pred& pred) {
 
 class Pool {
   public:
+    // Throws std::runtime_error naming the count when a thread cannot be started (std::thread
+    // throws std::system_error, e.g. EAGAIN at a process or memory limit); the threads already
+    // started are stopped and joined first, so nothing is left running or unjoined.
     explicit Pool(int n_threads) {
-        for (int i = 1; i < n_threads; ++i)
-            workers_.emplace_back([this] {
-                t_is_pool_worker = true;
-                worker_loop();
-            });
-    }
-    ~Pool() {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stopping_.store(true);
+        try {
+            workers_.reserve(static_cast<size_t>(n_threads > 1 ? n_threads - 1 : 0));
+            for (int i = 1; i < n_threads; ++i)
+                workers_.emplace_back([this] {
+                    t_is_pool_worker = true;
+                    worker_loop();
+                });
+        } catch (const std::exception& e) {
+            const size_t started = workers_.size();
+            stop_and_join();
+            throw std::runtime_error("dprec could not start " + std::to_string(n_threads) +
+                                     " threads for its native kernels (" + std::to_string(started + 1) +
+                                     " running when starting one more failed: " + e.what() +
+                                     "); lower DPREC_NUM_THREADS or call dprec.set_num_threads() with a smaller count");
         }
-        wake_.notify_all();
-        for (auto& t : workers_) t.join();
     }
+    ~Pool() { stop_and_join(); }
     int size() const { return static_cast<int>(workers_.size()) + 1; }
 
     void run(size_t n_items, const std::function<void(size_t)>& body) {
@@ -136,6 +169,16 @@ class Pool {
     }
 
   private:
+    void stop_and_join() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_.store(true);
+        }
+        wake_.notify_all();
+        for (auto& t : workers_) t.join();
+        workers_.clear();
+    }
+
     // An exception in any item (e.g. std::bad_alloc) stops the remaining items and is
     // rethrown to the caller, never left to terminate a worker thread.
     // `stop` is asked after each item; true ends the whole call (no new items start).
@@ -223,17 +266,28 @@ Pool* acquire_pool() {
         (void)registered;
 #endif
         g_pool.reset();
-        g_pool = std::make_unique<Pool>(g_threads);
+        g_pool = std::make_unique<Pool>(g_threads);  // on failure g_pool stays empty: retried next call
     }
     return g_pool.get();
 }
 
 }  // namespace
 
+// Takes only the config lock, never the run lock: the running parallel_for keeps the pool it
+// has (it is swapped only by acquire_pool, under the run lock), and waiting for it here would
+// wait for a kernel whose calling thread may need the GIL that our caller holds.
 void set_num_threads(int n) {
-    std::lock_guard<std::mutex> run_lock(g_run_mutex);
+    if (n < 0 || n > kMaxThreads)
+        throw std::invalid_argument("n must be in [0, " + std::to_string(kMaxThreads) + "] (0 restores the default), got " +
+                                    std::to_string(n));
     std::lock_guard<std::mutex> lock(g_config_mutex);
     g_threads = n > 0 ? n : default_threads();
+}
+
+std::string num_threads_env_problem() {
+    std::string problem;
+    parse_env_threads(&problem);
+    return problem;
 }
 
 int get_num_threads() {

@@ -11,18 +11,48 @@ namespace py = pybind11;
 namespace dprec::bind {
 
 void bind_runtime(py::module_& m) {
+    // Every function here that touches the thread pool's state (cpu/parallel.cpp) releases the
+    // GIL first: a kernel running in another Python thread holds the pool's run lock and takes
+    // the GIL between work items to check for signals, so waiting for one of its locks with the
+    // GIL held is a deadlock (issue 12: set_num_threads used to wait for the run lock). Now
+    // set_num_threads and get_num_threads take only the short config lock, and the ISA table is
+    // a lock-free atomic; the ISA functions release the GIL too so that none of these can
+    // deadlock should it come to wait.
     m.def(
         "set_num_threads",
         [](int n) {
-            if (n < 0) throw py::value_error("n must be >= 0 (0 restores the default), got " + std::to_string(n));
+            if (n < 0 || n > cpu::kMaxThreads)
+                throw py::value_error("n must be in [0, " + std::to_string(cpu::kMaxThreads) +
+                                      "] (0 restores the default), got " + std::to_string(n));
+            py::gil_scoped_release release;
             cpu::set_num_threads(n);
         },
         py::arg("n"));
-    m.def("get_num_threads", &cpu::get_num_threads);
-    m.def("available_isas", &cpu::available_isas);
     m.def(
-        "set_isa", [](const std::string& name) { cpu::set_isa(name); }, py::arg("name"));
-    m.def("get_isa", [] { return std::string(cpu::kernels().name); });
+        "get_num_threads",
+        [] {
+            py::gil_scoped_release release;
+            return cpu::get_num_threads();
+        });
+    m.def("num_threads_env_problem", &cpu::num_threads_env_problem);
+    m.attr("MAX_THREADS") = cpu::kMaxThreads;
+    m.def(
+        "available_isas",
+        [] {
+            py::gil_scoped_release release;
+            return cpu::available_isas();
+        });
+    m.def(
+        "set_isa",
+        [](const std::string& name) {
+            py::gil_scoped_release release;
+            cpu::set_isa(name);
+        },
+        py::arg("name"));
+    m.def("get_isa", [] {
+        py::gil_scoped_release release;
+        return std::string(cpu::kernels().name);
+    });
     m.attr("NORMAL_TRANSFORM_VERSION") = kNormalTransformVersion;
     // Long kernels run with the GIL released; between work items the calling thread takes
     // the GIL briefly to run Python's signal handlers, so Ctrl-C stops a kernel.

@@ -8,6 +8,7 @@ elsewhere is an error rather than a hidden copy.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -19,6 +20,24 @@ try:  # the compiled module is optional at import time so that errors are report
 except ImportError as exc:  # pragma: no cover - only on a broken install
     _native = None
     _NATIVE_ERROR = str(exc)
+
+
+
+def warn_num_threads_env(stacklevel: int = 2) -> None:
+    """RuntimeWarning when DPREC_NUM_THREADS is set to something the native pool ignores.
+
+    The rule lives in the native module (csrc/cpu/parallel.cpp): a decimal integer in
+    [0, 4096], surrounding whitespace allowed; empty means unset. Anything else is ignored
+    and the default (every core) is used.
+    """
+    if _native is None:  # pragma: no cover - only on a broken install
+        return
+    problem = str(_native.num_threads_env_problem())
+    if problem:
+        warnings.warn(f"{problem} ({int(_native.get_num_threads())} threads)", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
+warn_num_threads_env()
 
 _cuda: ModuleType | None = None
 _CUDA_IMPORT_ERROR = ""

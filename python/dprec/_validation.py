@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 import secrets
 from typing import Any
 
@@ -82,20 +83,31 @@ def _all_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(a).all())
 
 
-def check_size(n: int, name: str) -> int:
-    """A vector length that fits one Philox stream (1 .. 2**34)."""
+def check_integer(value: Any, name: str) -> int:
+    """``value`` as a Python int; TypeError naming ``name`` unless it is an integer.
+
+    Python ints and NumPy integer scalars are accepted. bool (and numpy.bool_) is
+    rejected although it is an int subclass, and so are floats, even integral ones
+    (``16.9`` must not silently become 16), strings and everything else.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {reprlib.repr(value)}")
+    return int(value)
+
+
+def check_size(n: Any, name: str) -> int:
+    """A vector length that fits one Philox stream (1 .. 2**34); an integer (TypeError otherwise)."""
+    n = check_integer(n, name)
     if n < 1:
         raise ValueError(f"{name} must be at least 1, got {n}")
     if n > MAX_STREAM_ELEMENTS:
         raise ValueError(f"{name} must be at most 2**34 (the Philox counter layout), got {n}")
-    return int(n)
+    return n
 
 
 def check_int(value: Any, name: str, low: int, high: int) -> int:
-    """An integer in [low, high] (bool and float are rejected)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    v = int(value)
+    """An integer in [low, high] (bool, float and str are rejected with TypeError)."""
+    v = check_integer(value, name)
     if not low <= v <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {v}")
     return v

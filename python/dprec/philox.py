@@ -36,7 +36,9 @@ def philox4x32(counter: Any, key: Any, *, backend: str = "auto") -> np.ndarray:
     c = np.asarray(counter)
     k = np.asarray(key)
     for name, a in (("counter", c), ("key", k)):
-        if a.dtype.kind not in "ui" or (a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF)):
+        if a.dtype.kind not in "ui":
+            raise TypeError(f"{name} must be an integer array (uint32 values), got dtype {a.dtype}")
+        if a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF):
             raise ValueError(f"{name} must hold integers in [0, 2**32)")
     if c.ndim == 0 or c.shape[-1] != 4:
         raise ValueError(f"counter must have shape (..., 4), got {c.shape}")

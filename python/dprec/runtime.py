@@ -1,18 +1,39 @@
-"""Threads and SIMD selection of the native CPU kernels."""
+"""Threads and SIMD selection of the native CPU kernels.
+
+Threads
+-------
+The native kernels use every core by default. ``DPREC_NUM_THREADS`` (read when the first
+kernel runs and by ``set_num_threads(0)``) or :func:`set_num_threads` changes that; results
+never depend on the count. ``DPREC_NUM_THREADS`` follows the rule of ``set_num_threads``: a
+decimal integer in [0, 4096] (``0``: every core), surrounding whitespace allowed; empty counts
+as unset. Any other value (``abc``, ``-1``, ``1.5``, ``100000``) is ignored, the default is
+used, and ``import dprec`` (and ``set_num_threads(0)``) gives a :class:`RuntimeWarning`
+naming the variable and its value.
+
+When the operating system refuses to start that many threads (a process or memory limit), the
+kernel that needed them raises :class:`RuntimeError` naming the count; the threads already
+started are stopped, and a smaller ``set_num_threads`` makes the next kernel work.
+
+``set_num_threads`` and ``set_isa`` may be called while kernels run in other threads: they do
+not wait for those kernels, which finish with the settings they started with.
+"""
 
 from __future__ import annotations
 
-from ._backend import native
+from ._backend import native, warn_num_threads_env
 from ._validation import check_int
 
 
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads in native kernels (0 restores the default).
+    """Use ``n`` threads in native kernels, ``0 <= n <= 4096`` (0 restores the default).
 
-    The default is the environment variable ``DPREC_NUM_THREADS`` if set, else every
-    core. Results never depend on the thread count.
+    The default is the environment variable ``DPREC_NUM_THREADS`` if it is set to a valid
+    count (see the module docstring), else every core. Results never depend on the thread
+    count. A kernel running in another thread finishes with the count it started with.
     """
     native().set_num_threads(check_int(n, "n", 0, 4096))
+    if n == 0:
+        warn_num_threads_env()
 
 
 def get_num_threads() -> int:

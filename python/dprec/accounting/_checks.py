@@ -15,8 +15,13 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_INPUTS",
+    "MAX_LEVELS",
+    "MAX_ORDER",
+    "MAX_ORDERS",
     "check_bits",
     "check_count",
+    "check_levels",
     "check_delta",
     "check_epsilon",
     "check_finite",
@@ -25,6 +30,21 @@ __all__ = [
     "check_positive",
     "check_probability",
 ]
+
+#: Largest Renyi order accepted (every function of :mod:`dprec.accounting`). The sampled-Gaussian
+#: and subsampling bounds cost ``O(order)`` per order (the without-replacement bound an
+#: ``orders x max(order)`` matrix), so an order of ``10**9`` would need gigabytes; the default
+#: grids stop at 257 (DP-REC) and 1024 (:data:`dprec.accounting.DEFAULT_ORDERS`).
+MAX_ORDER = 10_000
+#: Most Renyi orders in one call. The default grids have 163 to 256 orders; 10,000 orders up
+#: to :data:`MAX_ORDER` take a few seconds (at most about 20 s for fractional orders).
+MAX_ORDERS = 10_000
+#: Most quantization levels ``R`` of QMGeo (the pmf is an array of ``R`` values; the paper
+#: uses R = 8 and 16).
+MAX_LEVELS = 1 << 16
+#: Most distinct input values of :func:`dprec.accounting.qmgeo.qmgeo_rdp`, whose worst case
+#: compares every ordered pair (``n (n - 1)`` divergences).
+MAX_INPUTS = 1024
 
 
 def _as_float(value: Any, name: str) -> float:
@@ -87,8 +107,8 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
     return check_nonnegative(epsilon, name)
 
 
-def check_count(value: Any, name: str, *, minimum: int = 1) -> int:
-    """An integer >= ``minimum`` (integral floats such as ``1e3`` are accepted)."""
+def check_count(value: Any, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer >= ``minimum`` (and <= ``maximum`` if given; integral floats such as ``1e3`` are accepted)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool {value!r}")
     if isinstance(value, numbers.Integral):
@@ -99,6 +119,16 @@ def check_count(value: Any, name: str, *, minimum: int = 1) -> int:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     if out < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {out}")
+    if maximum is not None and out > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {out}")
+    return out
+
+
+def check_levels(value: Any, name: str = "levels") -> int:
+    """A number of quantization levels, ``2 <= R <= MAX_LEVELS``."""
+    out = check_count(value, name, minimum=2)
+    if out > MAX_LEVELS:
+        raise ValueError(f"{name} must be <= MAX_LEVELS = {MAX_LEVELS}, got {out}")
     return out
 
 
@@ -110,6 +140,9 @@ def check_bits(value: Any, name: str = "bits") -> int:
 def check_orders(orders: Any, name: str = "orders", *, integer: bool = False, minimum: float = 1.0) -> np.ndarray:
     """A non-empty 1-D float64 array of finite Renyi orders, each > ``minimum``.
 
+    At most :data:`MAX_ORDERS` orders, each at most :data:`MAX_ORDER` (ValueError naming
+    ``name`` otherwise, raised before any costly work).
+
     Renyi differential privacy is defined for orders alpha > 1 (the order-1 limit is the
     KL divergence, which none of the conversions here use). With ``integer=True`` every
     order must be a whole number (the DP-REC bound, eq. 62, is a binomial expectation
@@ -117,6 +150,11 @@ def check_orders(orders: Any, name: str = "orders", *, integer: bool = False, mi
     """
     if isinstance(orders, (bool, np.bool_)):
         raise TypeError(f"{name} must be a number or a sequence of numbers, got bool")
+    size = getattr(orders, "size", None)
+    if size is None and hasattr(orders, "__len__") and not isinstance(orders, (str, bytes)):
+        size = len(orders)
+    if isinstance(size, int) and size > MAX_ORDERS:  # before converting: the conversion alone can be costly
+        raise ValueError(f"{name} must have at most MAX_ORDERS = {MAX_ORDERS} orders, got {size}")
     try:
         arr = np.atleast_1d(np.asarray(orders, dtype=np.float64))
     except (TypeError, ValueError) as exc:
@@ -125,10 +163,14 @@ def check_orders(orders: Any, name: str = "orders", *, integer: bool = False, mi
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
+    if arr.size > MAX_ORDERS:
+        raise ValueError(f"{name} must have at most MAX_ORDERS = {MAX_ORDERS} orders, got {arr.size}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite")
     if np.any(arr <= minimum):
         raise ValueError(f"{name} must all be > {minimum:g}, got minimum {arr.min()!r}")
+    if np.any(arr > MAX_ORDER):
+        raise ValueError(f"{name} must all be <= MAX_ORDER = {MAX_ORDER}, got maximum {float(arr.max())!r}")
     if integer and np.any(arr != np.floor(arr)):
         raise ValueError(f"{name} must be integers here, got {arr[arr != np.floor(arr)][0]!r}")
     return arr

@@ -163,18 +163,31 @@ def _calibrate(eps_of_sigma: Callable[[float], float], target: float, name: str)
 # --------------------------------------------------------------------------------------------
 
 
+# ddg_tau sums its first this many terms exactly and bounds the rest (cost independent of num_clients).
+_TAU_EXACT_TERMS = 1 << 20
+
+
 def ddg_tau(noise_stddev: float, num_clients: int, granularity: float = 1.0) -> float:
     """Kairouz et al. (2021), Theorem 1 / Chen et al. Theorem E.1: the tau term.
 
     ``tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 (sigma/gamma)^2 k / (k+1))``; 0 for one client (a
-    single discrete Gaussian needs no correction).
+    single discrete Gaussian needs no correction). Beyond ``2**20`` clients the terms past the
+    ``2**20``-th are bounded by that term (they decrease with ``k``), so the cost does not grow
+    with ``num_clients`` and the result stays an upper bound.
     """
     sigma = check_positive(noise_stddev, "noise_stddev")
     n = check_count(num_clients, "num_clients")
     gamma = check_positive(granularity, "granularity")
-    k = np.arange(1, n, dtype=np.float64)
     ratio = sigma / gamma
-    return float(10.0 * np.sum(np.exp(-2.0 * math.pi**2 * (ratio * ratio) * k / (k + 1.0))))
+    k = np.arange(1, min(n, _TAU_EXACT_TERMS + 1), dtype=np.float64)
+    a = 2.0 * math.pi**2 * (ratio * ratio)
+    total = float(np.sum(np.exp(-a * k / (k + 1.0))))
+    if n - 1 > _TAU_EXACT_TERMS:
+        # The terms decrease with k, so the remaining n - 1 - K are at most the (K + 1)-th each:
+        # an upper bound (conservative), within a factor exp(a / (K + 2)) of the exact tail.
+        top = _TAU_EXACT_TERMS + 1.0
+        total += (n - 1 - _TAU_EXACT_TERMS) * math.exp(-a * top / (top + 1.0))
+    return 10.0 * total
 
 
 def _ddg_params(

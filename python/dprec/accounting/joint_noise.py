@@ -200,7 +200,9 @@ def joint_noise_calibrate(
         hi, lo = lo, lo / 2.0
         if lo < 1e-9:
             return hi
-    sigma = brentq(lambda s: eps(s) - target, lo, hi, xtol=1e-12, rtol=1e-12)
+    # xtol relative to the bracket: an absolute 1e-12 is only 1e-6 of sigma ~ 1e-6 (huge targets),
+    # which left hundreds of the 1e-10 steps below to do.
+    sigma = brentq(lambda s: eps(s) - target, lo, hi, xtol=1e-12 * lo, rtol=1e-12)
     while eps(sigma) > target:
         sigma *= 1.0 + 1e-10
     return check_positive(sigma, "noise_multiplier")

@@ -60,7 +60,15 @@ from typing import Any, Optional
 import numpy as np
 from scipy.special import logsumexp
 
-from ._checks import check_count, check_finite, check_orders, check_positive, check_probability
+from ._checks import (
+    MAX_INPUTS,
+    check_count,
+    check_finite,
+    check_levels,
+    check_orders,
+    check_positive,
+    check_probability,
+)
 from ._subsampling import poisson_subsampled_rdp
 
 __all__ = [
@@ -77,7 +85,7 @@ __all__ = [
 
 
 def _check_levels(levels: Any) -> int:
-    return check_count(levels, "levels", minimum=2)
+    return check_levels(levels, "levels")
 
 
 def _check_p(p: Any) -> float:
@@ -106,7 +114,7 @@ def qmgeo_paper_eq20(levels: int, p: float) -> float:
     Parameters
     ----------
     levels : int
-        R >= 2, the number of quantization levels.
+        R, the number of quantization levels, ``2 <= R <= MAX_LEVELS = 2**16``.
     p : float
         Geometric success probability in (0, 1); ``p = 1`` gives ``inf`` (for R > 2).
     """
@@ -226,7 +234,7 @@ def qmgeo_log_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.nda
     w : float
         Input in ``[-w_max, w_max]``.
     levels : int
-        R >= 2.
+        R, ``2 <= R <= MAX_LEVELS = 2**16``.
     p : float
         Geometric success probability in (0, 1]; p = 1 is plain stochastic rounding.
     w_max : float
@@ -276,6 +284,9 @@ def qmgeo_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray
     return np.exp(qmgeo_log_pmf(w, levels, p, w_max))
 
 
+_CHUNK_ELEMENTS = 1 << 20
+
+
 def _renyi_from_logs(alphas: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
     """D_a(P || Q) for discrete P, Q given by their log-pmfs, at each order a > 1."""
     support = log_p > -np.inf
@@ -283,8 +294,11 @@ def _renyi_from_logs(alphas: np.ndarray, log_p: np.ndarray, log_q: np.ndarray) -
         return np.full(alphas.shape, np.inf)  # P has mass where Q has none
     lp, lq = log_p[support], log_q[support]
     out = np.empty(alphas.shape)
-    for n, a in enumerate(alphas.tolist()):
-        out[n] = float(logsumexp(a * lp + (1.0 - a) * lq)) / (a - 1.0)
+    # All orders at once, in chunks of at most _CHUNK_ELEMENTS (orders x levels) values.
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, lp.size))
+    for start in range(0, alphas.size, chunk):
+        a = alphas[start : start + chunk, None]
+        out[start : start + chunk] = logsumexp(a * lp[None, :] + (1.0 - a) * lq[None, :], axis=1) / (a[:, 0] - 1.0)
     # A divergence is >= 0; round-off can give -1e-17 for identical inputs.
     return np.maximum(out, 0.0)
 
@@ -361,7 +375,7 @@ def qmgeo_rdp(
     orders : float or sequence of float
         Renyi orders, each > 1.
     levels : int
-        R >= 2.
+        R, ``2 <= R <= MAX_LEVELS = 2**16``.
     p : float
         Geometric success probability in (0, 1].
     dim : int
@@ -370,7 +384,8 @@ def qmgeo_rdp(
         Poisson sampling rate of records, in (0, 1] (the paper's kappa).
     inputs : sequence of float, optional
         The finite set of values a coordinate can take (each in ``[-w_max, w_max]``, at least two
-        distinct values). ``None`` means the whole interval ``[-w_max, w_max]``, for which the
+        and at most :data:`~dprec.accounting._checks.MAX_INPUTS` = 1024 distinct values; the
+        cost grows like their number squared). ``None`` means the whole interval ``[-w_max, w_max]``, for which the
         supremum is infinite for every p and R (``-w_max`` and ``+w_max`` are quantized
         deterministically to the two end levels), so the result is ``inf`` at every order.
     w_max : float
@@ -402,6 +417,11 @@ def qmgeo_rdp(
         grid = np.unique(grid)
         if grid.size < 2:
             raise ValueError("inputs must contain at least two distinct values")
+        if grid.size > MAX_INPUTS:
+            raise ValueError(
+                f"inputs must have at most MAX_INPUTS = {MAX_INPUTS} distinct values (every ordered pair is "
+                f"compared), got {grid.size}"
+            )
 
     def base(a: np.ndarray) -> np.ndarray:
         return dim * _coordinate_rdp(a, levels, p, w_max, grid)

@@ -1,0 +1,114 @@
+"""Issue 12, item 4: every integer parameter of the public API is type-checked.
+
+bool, float (even integral) and str must raise TypeError naming the parameter; before the
+fix ``rec.candidate(1, 0, 0, 16.9)`` returned 16 elements, ``size=True`` returned 1 and
+``rec.gumbel_noise(2.7)`` returned 2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dprec import DPRECCodec, codec, hadamard, philox, rec, sketch
+
+BAD = [("float", 16.9), ("integral_float", 16.0), ("bool", True), ("str", "16")]
+
+_PHI = np.ones(16, np.float32)
+_MSG_DIGEST = b"\0" * 8
+
+
+def _message(**kw):
+    args = dict(seed=1, bits=(4,), indices=(3,), layout_digest=_MSG_DIGEST)
+    args.update(kw)
+    return codec.DPRECMessage(**args)
+
+
+# (label, argument name, call taking the bad value)
+CASES = [
+    ("rec.candidate", "seed", lambda v: rec.candidate(v, 0, 0, 16)),
+    ("rec.candidate", "group", lambda v: rec.candidate(1, v, 0, 16)),
+    ("rec.candidate", "index", lambda v: rec.candidate(1, 0, v, 16)),
+    ("rec.candidate", "size", lambda v: rec.candidate(1, 0, 0, v)),
+    ("rec.logits", "seed", lambda v: rec.logits(_PHI, v, 0, 4, sigma=1.0)),
+    ("rec.logits", "group", lambda v: rec.logits(_PHI, 1, v, 4, sigma=1.0)),
+    ("rec.logits", "bits", lambda v: rec.logits(_PHI, 1, 0, v, sigma=1.0)),
+    ("rec.encode_group", "seed", lambda v: rec.encode_group(_PHI, v, 0, 4, sigma=1.0)),
+    ("rec.encode_group", "group", lambda v: rec.encode_group(_PHI, 1, v, 4, sigma=1.0)),
+    ("rec.encode_group", "bits", lambda v: rec.encode_group(_PHI, 1, 0, v, sigma=1.0)),
+    ("rec.gumbel_noise", "n", lambda v: rec.gumbel_noise(v)),
+    ("rec.accumulate", "group", lambda v: rec.accumulate(np.zeros(16, np.float32), v, [1], [0], sigma=1.0)),
+    ("rec.accumulate", "seeds[0]", lambda v: rec.accumulate(np.zeros(16, np.float32), 0, [v], [0], sigma=1.0)),
+    ("rec.accumulate", "indices[0]", lambda v: rec.accumulate(np.zeros(16, np.float32), 0, [1], [v], sigma=1.0)),
+    ("philox.words", "seed", lambda v: philox.words(v, 4)),
+    ("philox.words", "count", lambda v: philox.words(1, v)),
+    ("philox.words", "substream", lambda v: philox.words(1, 4, substream=v)),
+    ("philox.words", "group", lambda v: philox.words(1, 4, group=v)),
+    ("philox.words", "domain", lambda v: philox.words(1, 4, domain=v)),
+    ("philox.words", "offset", lambda v: philox.words(1, 4, offset=v)),
+    ("philox.uniforms", "seed", lambda v: philox.uniforms(v, 4)),
+    ("philox.uniforms", "count", lambda v: philox.uniforms(1, v)),
+    ("philox.uniforms", "substream", lambda v: philox.uniforms(1, 4, substream=v)),
+    ("philox.uniforms", "group", lambda v: philox.uniforms(1, 4, group=v)),
+    ("philox.uniforms", "domain", lambda v: philox.uniforms(1, 4, domain=v)),
+    ("philox.uniforms", "offset", lambda v: philox.uniforms(1, 4, offset=v)),
+    ("philox.normals", "seed", lambda v: philox.normals(v, 4)),
+    ("philox.normals", "count", lambda v: philox.normals(1, v)),
+    ("philox.normals", "substream", lambda v: philox.normals(1, 4, substream=v)),
+    ("philox.normals", "group", lambda v: philox.normals(1, 4, group=v)),
+    ("philox.normals", "domain", lambda v: philox.normals(1, 4, domain=v)),
+    ("philox.normals", "offset", lambda v: philox.normals(1, 4, offset=v)),
+    ("philox.philox4x32", "counter", lambda v: philox.philox4x32(np.full(4, v), np.zeros(2, np.uint32))),
+    ("philox.philox4x32", "key", lambda v: philox.philox4x32(np.zeros(4, np.uint32), np.full(2, v))),
+    ("hadamard.RandomizedHadamard", "dim", lambda v: hadamard.RandomizedHadamard(v, 1)),
+    ("hadamard.RandomizedHadamard", "seed", lambda v: hadamard.RandomizedHadamard(16, v)),
+    ("hadamard.RandomizedHadamard", "repeats", lambda v: hadamard.RandomizedHadamard(16, 1, repeats=v)),
+    ("hadamard.RandomizedHadamard", "group", lambda v: hadamard.RandomizedHadamard(16, 1, group=v)),
+    ("hadamard.RandomizedHadamard.signs", "repeat", lambda v: hadamard.RandomizedHadamard(16, 1, 2).signs(v)),
+    ("sketch.CountSketch", "dim", lambda v: sketch.CountSketch(v, 3, 8, 1)),
+    ("sketch.CountSketch", "rows", lambda v: sketch.CountSketch(16, v, 8, 1)),
+    ("sketch.CountSketch", "cols", lambda v: sketch.CountSketch(16, 3, v, 1)),
+    ("sketch.CountSketch", "seed", lambda v: sketch.CountSketch(16, 3, 8, v)),
+    ("sketch.CountSketch", "group", lambda v: sketch.CountSketch(16, 3, 8, 1, group=v)),
+    ("codec.DPRECCodec", "bits", lambda v: DPRECCodec(sigma=1.0, bits=v)),
+    ("codec.DPRECCodec", "bits['w']", lambda v: DPRECCodec(sigma=1.0, bits={"w": v})),
+    ("codec.DPRECCodec", "max_group_size", lambda v: DPRECCodec(sigma=1.0, max_group_size=v)),
+    ("codec.DPRECCodec.encode", "seed", lambda v: DPRECCodec(sigma=1.0).encode(_PHI, seed=v)),
+    ("codec.DPRECMessage", "seed", lambda v: _message(seed=v)),
+    ("codec.DPRECMessage", "bits[0]", lambda v: _message(bits=(v,))),
+    ("codec.DPRECMessage", "indices[0]", lambda v: _message(indices=(v,))),
+]
+
+
+@pytest.mark.parametrize("kind,value", BAD, ids=[k for k, _ in BAD])
+@pytest.mark.parametrize("label,name,call", CASES, ids=[f"{label}-{name}" for label, name, _ in CASES])
+def test_integer_parameter_rejects_non_integers(label, name, call, kind, value):
+    if name in ("counter", "key") and kind == "str":
+        value = "1"  # np.full of a str makes a '<U1' array
+    with pytest.raises(TypeError, match=r"^" + _re(name)):
+        call(value)
+
+
+def _re(name: str) -> str:
+    import re  # noqa: PLC0415
+
+    return re.escape(name)
+
+
+@pytest.mark.parametrize("name", ["size", "seed", "group", "index"])
+def test_numpy_integer_scalars_are_accepted(name):
+    args = {"seed": 1, "group": 0, "index": 0, "size": 16}
+    args[name] = np.int64(args[name]) if name != "seed" else np.uint64(1)
+    out = rec.candidate(args["seed"], args["group"], args["index"], args["size"])
+    np.testing.assert_array_equal(out, rec.candidate(1, 0, 0, 16))
+
+
+def test_issue_examples():
+    with pytest.raises(TypeError, match="^size must be an integer"):
+        rec.candidate(1, 0, 0, 16.9)
+    with pytest.raises(TypeError, match="^size must be an integer"):
+        rec.candidate(1, 0, 0, size=True)
+    with pytest.raises(TypeError, match="^n must be an integer"):
+        rec.gumbel_noise(2.7)
+    with pytest.raises(TypeError, match="^size must be an integer"):
+        rec.candidate(1, 0, 0, size="16")
