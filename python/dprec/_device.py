@@ -210,12 +210,15 @@ def required_float_gpu_array(x: Any, name: str) -> GpuArray:
     return g
 
 
-def float_gpu_array(x: Any, name: str) -> GpuArray | None:
+def float_gpu_array(x: Any, name: str, check_shape: Any = None) -> GpuArray | None:
     """:func:`gpu_array` restricted to floating point (SPEC §7): float16 and bfloat16 are
-    converted to float32 on the device, integers and others raise TypeError."""
+    converted to float32 on the device, integers and others raise TypeError.
+    ``check_shape(shape)``, when given, runs before that conversion allocates anything."""
     g = gpu_array(x, name)
     if g is None:
         return None
+    if check_shape is not None and g.dtype in ("float16", "bfloat16") and g.size:
+        check_shape(tuple(g.shape))  # before the float32 copy; other errors keep their usual order
     if g.dtype in ("float32", "float64"):
         pass
     elif g.dtype in ("float16", "bfloat16"):

@@ -6,7 +6,8 @@ the same everywhere:
 * float16 and bfloat16 are converted to float32; float32 and float64 are kept;
   integers, booleans and complex numbers are rejected with TypeError.
 * NaN and infinity are rejected with ValueError naming the argument.
-* Empty arrays are rejected; so are sizes beyond the Philox counter layout.
+* Empty arrays are rejected; so are sizes beyond the Philox counter layout. Sizes,
+  shapes and dtypes are checked before anything is converted or copied.
 * Non-contiguous arrays are copied (never rejected).
 * PyTorch tensors are accepted on the CPU (imported lazily; torch is optional). GPU
   arrays are taken by the functions that run on the CUDA backend (dprec._device);
@@ -19,6 +20,7 @@ import math
 import numbers
 import reprlib
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,12 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
             raise ValueError(f"{name} is on device '{x.device}', but a host array is needed here")
         import torch  # noqa: PLC0415 - torch is optional and imported lazily
 
+        if x.layout != torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor, got layout {x.layout}; use .to_dense()")
+        if x.is_floating_point() and x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(
+                f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}; convert it with .float()"
+            )
         t = x.detach()
         if t.dtype in (torch.float16, torch.bfloat16):
             t = t.to(torch.float32)
@@ -51,26 +59,56 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     return np.asarray(x)
 
 
-def float_array(x: Any, name: str, *, allow_float64: bool = True, check_finite: bool = True) -> np.ndarray:
-    """A C-contiguous, non-empty, finite float32 (or float64) NumPy array."""
+def float_array(
+    x: Any,
+    name: str,
+    *,
+    allow_float64: bool = True,
+    check_finite: bool = True,
+    max_size: int | None = MAX_STREAM_ELEMENTS,
+    check_shape: Callable[[tuple[int, ...]], None] | None = None,
+) -> np.ndarray:
+    """A C-contiguous, non-empty, finite float32 (or float64) NumPy array.
+
+    The dtype's kind, the size (at least 1, at most ``max_size``; None for no cap) and,
+    when given, ``check_shape(shape)`` are checked on ``x`` itself, BEFORE anything is
+    converted or copied: a zero-stride view of 2**35 elements is refused at once instead
+    of being made contiguous first (a MemoryError, or gigabytes copied for nothing).
+    """
+    if is_torch_tensor(x) and x.device.type == "cpu" and x.is_floating_point():
+        _check_shape(tuple(x.shape), name, max_size, check_shape)  # before float16 -> float32
     a = to_numpy(x, name)
     dt = a.dtype
     if dt == np.float32 or (dt == np.float64 and allow_float64):
-        pass  # the common case first: dtype.name is slow to compute
-    elif dt == np.float16 or dt.name == "bfloat16":
-        a = a.astype(np.float32)
-    elif dt.kind != "f":
+        convert = False  # the common case first: dtype.name is slow to compute
+    elif dt == np.float16 or dt.name == "bfloat16" or dt.kind == "f":  # also float64 where not allowed, long double
+        convert = True
+    else:
         kind = {"b": "boolean", "i": "integer", "u": "integer", "c": "complex"}.get(dt.kind, str(dt))
         raise TypeError(f"{name} must be a floating-point array (float16, bfloat16, float32 or float64), got {kind} dtype {dt}")
-    else:  # float64 where it is not allowed, long double
+    _check_shape(a.shape, name, max_size, check_shape)
+    if convert:
         a = a.astype(np.float32)
-    if a.size == 0:
-        raise ValueError(f"{name} must not be empty")
     a = np.ascontiguousarray(a)
     if check_finite and not _all_finite(a):
         bad = "NaN" if np.isnan(a).any() else "infinite"
         raise ValueError(f"{name} contains {bad} values")
     return a
+
+
+def _check_shape(
+    shape: tuple[int, ...], name: str, max_size: int | None, check_shape: Callable[[tuple[int, ...]], None] | None
+) -> None:
+    """The size and shape checks of :func:`float_array`, on a shape alone (nothing is read)."""
+    size = math.prod(shape)
+    if size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if max_size is not None and size > max_size:
+        if max_size == MAX_STREAM_ELEMENTS:
+            check_size(size, f"{name}.size")
+        raise ValueError(f"{name} has {size} elements, more than the {max_size} allowed")
+    if check_shape is not None:
+        check_shape(tuple(shape))
 
 
 def _all_finite(a: np.ndarray) -> bool:

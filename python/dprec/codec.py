@@ -747,9 +747,14 @@ class DPRECCodec:
     Parameters
     ----------
     sigma : float
-        Standard deviation of the Gaussian prior and of the candidates, ``> 0``.
+        Standard deviation of the Gaussian prior and of the candidates: a real number in
+        [:data:`dprec.rec.MIN_SIGMA`, :data:`dprec.rec.MAX_SIGMA`] (about 1.18e-38 .. 5.78e37),
+        i.e. ``float32(sigma)`` is a normal float32 and ``float32(sigma) * z`` is finite for
+        the largest standard normal the transform produces (:data:`dprec.rec.MAX_ABS_NORMAL`
+        = 5.88705), so decoded updates are always finite and never flushed to zero.
     clip_multiplier : float
-        ``c`` in the clipping bound ``C = c * sigma`` on the global L2 norm, ``> 0``.
+        ``c`` in the clipping bound ``C = c * sigma`` on the global L2 norm, ``> 0``; ``C``
+        must be finite.
     bits : int or Mapping[str, int]
         Bits per group (``K = 2**bits`` candidates), 1..24: one int for every group, or a
         mapping from tensor name to bits (tensors not in it get :data:`DEFAULT_BITS` = 7;
@@ -789,8 +794,12 @@ class DPRECCodec:
         max_group_size: int | None = None,
         backend: str = "auto",
     ) -> None:
-        self._sigma = check_positive(sigma, "sigma")
+        self._sigma = rec._check_sigma(sigma, "sigma")
         self._clip_multiplier = check_positive(clip_multiplier, "clip_multiplier")
+        if not math.isfinite(self._clip_multiplier * self._sigma):
+            raise ValueError(
+                f"clip_multiplier * sigma (the clipping bound) must be finite, got {clip_multiplier!r} * {sigma!r}"
+            )
         if isinstance(bits, Mapping):
             checked = {}
             for k, v in bits.items():
@@ -1255,7 +1264,9 @@ class DPRECCodec:
         template : array, tensor, Mapping[str, array] or sequence of arrays
             The structure to return (as in :meth:`decode`).
         weights : array_like of float, shape (len(messages),), optional
-            Finite weights; default ``1/n`` each, i.e. the mean.
+            Finite weights; default ``1/n`` each, i.e. the mean. ValueError naming
+            ``weights`` if ``sum |weights| * sigma * rec.MAX_ABS_NORMAL`` exceeds the float32
+            maximum (the float32 result could overflow to inf); the result is always finite.
 
         Returns
         -------
@@ -1284,6 +1295,13 @@ class DPRECCodec:
                 raise ValueError(f"weights must have shape ({n},) (one per message), got {w.shape}")
             if not np.isfinite(w).all():
                 raise ValueError("weights contains NaN or infinite values")
+        with np.errstate(over="ignore"):
+            bound = float(np.sum(np.abs(w))) * self._sigma * rec.MAX_ABS_NORMAL
+        if not bound <= float(np.finfo(np.float32).max):
+            raise ValueError(
+                f"weights too large for float32 output: sum |weights| * sigma * {rec.MAX_ABS_NORMAL:.6g} "
+                f"(the largest |z|) = {bound:.6g} exceeds the float32 maximum, so the sum could overflow"
+            )
         seeds = np.array([m.seed for m in msgs], dtype=np.uint64)
         idx = np.array([m.indices for m in msgs], dtype=np.uint32)  # (n, G)
         if on_gpu:

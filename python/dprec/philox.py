@@ -112,11 +112,19 @@ def uniforms(
     float64 values are exact. In float32 the half-step offset is not representable at
     or above 0.5, so values there are rounded toward zero (see
     :func:`dprec.reference.philox.words_to_uniform`); they are never 0 or 1.
+
+    ``dtype``: float32 (default) or float64; anything else raises TypeError naming ``dtype``.
     """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"dtype must be float32 or float64, got {dt}")
     if backend == "cuda":
         raise ValueError("uniforms runs on the host only (backend 'auto', 'cpu' or 'reference')")
     w = words(seed, count, substream=substream, group=group, domain=domain, offset=offset, backend=backend)
-    return _ref.words_to_uniform(w, dtype)
+    return _ref.words_to_uniform(w, dt)
 
 
 def normals(

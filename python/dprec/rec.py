@@ -17,6 +17,7 @@ Candidates are bit-identical to the CPU's; logits agree to float64 rounding.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,6 @@ from . import _backend, _device
 from ._validation import (
     check_bits,
     check_index,
-    check_positive,
     check_seed,
     check_size,
     check_u32,
@@ -36,6 +36,59 @@ from ._validation import (
 from .reference import rec as _ref
 
 __all__ = ["candidate", "logits", "gumbel_noise", "sample_index", "sample_indices", "encode_group", "accumulate"]
+
+_F32 = np.finfo(np.float32)
+#: Largest |z| the normal transform (version 1) can produce: the Box-Muller radius
+#: ``sqrt(-2 ln u)`` of the smallest uniform ``u = 2**-25`` (as computed in float32:
+#: 5.88705), times |cos| or |sin| <= 1.
+MAX_ABS_NORMAL = 5.887050151824951
+#: Largest prior sigma: ``float32(sigma) * z`` is finite for every normal ``z``.
+MAX_SIGMA = float(np.float32(float(_F32.max) / MAX_ABS_NORMAL))
+#: Smallest prior sigma: the smallest normal float32 (below it ``float32(sigma)`` is
+#: subnormal or 0 and candidates lose their precision or vanish).
+MIN_SIGMA = float(_F32.tiny)
+
+
+def _check_sigma(value: Any, name: str = "sigma") -> float:
+    """A prior standard deviation: a real number (not bool) whose float32 is a normal
+    number, ``MIN_SIGMA <= sigma <= MAX_SIGMA`` (about 1.18e-38 .. 5.78e37), so that
+    ``float32(sigma) * z`` neither overflows nor underflows to zero."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if not (np.isfinite(v) and v > 0.0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    if not MIN_SIGMA <= v <= MAX_SIGMA:
+        raise ValueError(
+            f"{name} must be in [{MIN_SIGMA:.6g}, {MAX_SIGMA:.6g}] (a normal float32 whose product with the "
+            f"largest standard normal, {MAX_ABS_NORMAL:.6g}, is finite in float32), got {value!r}"
+        )
+    return v
+
+
+def _check_real(value: Any, name: str) -> float:
+    """A real number (not bool, not str), as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _real_array(values: Any, name: str) -> np.ndarray:
+    """``values`` as a float64 array; TypeError naming ``name`` unless it is a real number
+    or an array_like of real numbers (bool, str, complex and other objects are refused)."""
+    if isinstance(values, (str, bytes, bytearray, bool, np.bool_)):
+        raise TypeError(f"{name} must be a real number or an array of real numbers, got {type(values).__name__}")
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a real number or an array of real numbers: {e}") from None
+    if a.dtype.kind == "O":
+        for v in a.reshape(-1).tolist():
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.floating, np.integer)):
+                raise TypeError(f"{name} must hold real numbers, got an element of type {type(v).__name__}")
+    elif a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
+    return a.astype(np.float64)
 
 
 def candidate(
@@ -61,7 +114,10 @@ def candidate(
     size : int
         Elements in the group, 1 .. 2**34.
     sigma : float
-        Prior standard deviation (> 0).
+        Prior standard deviation: a real number in [``MIN_SIGMA``, ``MAX_SIGMA``]
+        (about 1.18e-38 .. 5.78e37), so that ``float32(sigma)`` is a normal float32 and
+        ``float32(sigma) * z`` is finite for the largest ``|z|`` (``MAX_ABS_NORMAL`` =
+        5.88705); ValueError naming ``sigma`` otherwise. The result is therefore always finite.
     out : array, optional
         A C-contiguous float32 array of ``size`` elements to write into: a NumPy array,
         or a GPU array (decoded on its device, on the caller's stream). Returned.
@@ -77,7 +133,7 @@ def candidate(
     group = check_u32(group, "group")
     index = check_index(index, 24)
     size = check_size(size, "size")
-    sigma = check_positive(sigma, "sigma")
+    sigma = _check_sigma(sigma)
     scale = float(np.float32(sigma))
     g = _device.gpu_out(out, size, "float32", backend)
     if g is not None:
@@ -109,19 +165,28 @@ def logits(
     seed, group, bits : int
         Stream seed, group id and bits (K = 2**bits, 1 <= bits <= 24).
     sigma : float
-        Prior standard deviation.
+        Prior standard deviation, in [``MIN_SIGMA``, ``MAX_SIGMA``] as for :func:`candidate`.
     scale : float
-        Factor applied to phi, e.g. the global clipping factor min(1, C/||phi||).
+        Factor applied to phi, e.g. the global clipping factor min(1, C/||phi||): a finite
+        real number >= 0 (bool and str raise TypeError naming ``scale``).
 
     Returns
     -------
     float64 array of shape (2**bits,): NumPy for host input; for GPU input an array of
     the caller's framework on the same device.
+
+    Raises
+    ------
+    ValueError
+        If a logit is not finite (``scale * <z_k, phi> / sigma`` overflows float64, e.g.
+        for ``phi`` near the float64 maximum): finite input never yields inf/NaN logits.
+        For a GPU ``phi`` this check waits for the caller's stream.
     """
     seed = check_seed(seed)
     group = check_u32(group, "group")
     bits = check_bits(bits)
-    sigma = check_positive(sigma, "sigma")
+    sigma = _check_sigma(sigma)
+    scale = _check_real(scale, "scale")
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
     g = _device.float_gpu_array(phi, "phi")
@@ -133,10 +198,23 @@ def logits(
             raise ValueError(f"phi contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
         out = _device.empty_like(g, (1 << bits,), "float64")
         _logits_gpu(g, 0, g.size, seed, group, bits, sigma, float(scale), out.ptr)
+        k = 1 << bits
+        maxabs = _backend.cuda_module().norm_stats(out.device, out.stream, [out.ptr], ["float64"], [k], 1.0)[0, 1]
+        if not np.isfinite(maxabs):
+            raise ValueError(_LOGITS_OVERFLOW)
         return out.obj
     phi = float_array(phi, "phi").reshape(-1)
     check_size(phi.size, "phi.size")
-    return _logits_validated(phi, seed, group, bits, sigma, float(scale), backend)
+    lg = _logits_validated(phi, seed, group, bits, sigma, float(scale), backend)
+    if not np.isfinite(lg).all():
+        raise ValueError(_LOGITS_OVERFLOW)
+    return lg
+
+
+_LOGITS_OVERFLOW = (
+    "logits overflowed float64: scale * <z_k, phi> / sigma is not finite for this phi, scale and sigma "
+    "(phi too large, or sigma too small)"
+)
 
 
 def _logits_validated(
@@ -362,7 +440,19 @@ def accumulate(
     seeds : array_like of uint64, shape (n,)
     indices : array_like of int, shape (n,), each < 2**24
     sigma : float or array_like, shape (n,)
+        Real numbers in [``MIN_SIGMA``, ``MAX_SIGMA``] (see :func:`candidate`).
     weights : array_like, shape (n,), optional (default 1)
+        Finite real numbers (bool, str and other objects raise TypeError naming ``weights``).
+
+    Raises
+    ------
+    TypeError
+        For an argument of the wrong type (named in the message).
+    ValueError
+        For a value out of range, and when ``sum_c |w_c sigma_c| * MAX_ABS_NORMAL``
+        exceeds the largest finite value of ``out``'s dtype: the weighted sum could then
+        overflow to inf, so such weights are refused before ``out`` is touched. (An ``out``
+        that already holds values near its dtype's maximum can still overflow.)
     """
     g = _device.gpu_array(out, "out")
     if g is not None:
@@ -379,7 +469,8 @@ def accumulate(
             raise ValueError("out must be a 1-D, C-contiguous, writeable array")
         check_size(out.size, "out.size")
         which = _backend.resolve(backend, None, "out")
-    group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights)
+    out_dtype = np.dtype(g.dtype) if g is not None else out.dtype
+    group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights, out_dtype)
     if g is not None:
         _backend.cuda_module().accumulate(g.device, g.stream, g.ptr, g.dtype, g.size, group, seeds_u, idx_u, coefs)
     elif which == "reference":
@@ -390,9 +481,14 @@ def accumulate(
 
 
 def _client_params(
-    group: Any, seeds: Any, indices: Any, sigma: Any, weights: Any
+    group: Any, seeds: Any, indices: Any, sigma: Any, weights: Any, out_dtype: Any = np.float32
 ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """Checked (group, seeds uint64, indices uint32, coefs = weights * sigma float64)."""
+    """Checked (group, seeds uint64, indices uint32, coefs = weights * sigma float64).
+
+    ``sum |coefs| * MAX_ABS_NORMAL`` must not exceed the maximum of ``out_dtype``, so that
+    the weighted sum of candidates cannot overflow it.
+    """
+    dtype_max = float(np.finfo(out_dtype).max)
     group = check_u32(group, "group")
     seeds_u = _uint_array(seeds, "seeds", np.uint64, check_seed)
     n = seeds_u.size
@@ -401,12 +497,27 @@ def _client_params(
     idx_u = _uint_array(indices, "indices", np.uint32, lambda k, name: check_index(k, 24, name))
     if idx_u.size != n:
         raise ValueError(f"indices must have length {n} (one per seed), got {idx_u.size}")
-    sig = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (n,))
-    if not (np.isfinite(sig).all() and (sig > 0).all()):
-        raise ValueError("sigma must be finite and > 0")
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if np.ndim(sigma) == 0 and not isinstance(sigma, (str, bytes)):
+        sig = np.full(n, _check_sigma(sigma.item() if isinstance(sigma, np.ndarray) else sigma))
+    else:
+        sig = _real_array(sigma, "sigma")
+        if sig.shape != (n,):
+            raise ValueError(f"sigma must be a real number or have shape ({n},) (one per seed), got shape {sig.shape}")
+        if not (np.isfinite(sig).all() and (sig > 0).all()):
+            raise ValueError("sigma must be finite and > 0")
+        if not ((sig >= MIN_SIGMA).all() and (sig <= MAX_SIGMA).all()):
+            raise ValueError(f"sigma must be in [{MIN_SIGMA:.6g}, {MAX_SIGMA:.6g}] (see rec.candidate)")
+    w = np.ones(n) if weights is None else _real_array(weights, "weights")
     if w.shape != (n,):
-        raise ValueError(f"weights must have shape ({n},), got {w.shape}")
+        raise ValueError(f"weights must have shape ({n},) (one per seed), got {w.shape}")
     if not np.isfinite(w).all():
         raise ValueError("weights contains NaN or infinite values")
-    return group, np.ascontiguousarray(seeds_u), np.ascontiguousarray(idx_u), np.ascontiguousarray(w * sig)
+    coefs = w * sig
+    with np.errstate(over="ignore"):
+        bound = float(np.sum(np.abs(coefs))) * MAX_ABS_NORMAL if np.isfinite(coefs).all() else np.inf
+    if not bound <= dtype_max:
+        raise ValueError(
+            f"weights * sigma too large: sum |weights[c] * sigma[c]| * {MAX_ABS_NORMAL:.6g} (the largest |z|) "
+            f"= {bound:.6g} exceeds the {np.dtype(out_dtype).name} maximum {dtype_max:.6g}, so the sum could overflow"
+        )
+    return group, np.ascontiguousarray(seeds_u), np.ascontiguousarray(idx_u), np.ascontiguousarray(coefs)

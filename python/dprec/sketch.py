@@ -49,6 +49,16 @@ def _check_finite_gpu(g: _device.GpuArray, name: str) -> None:
         raise ValueError(f"{name} contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
 
 
+def _shape_check(name: str, shape: tuple[int, ...]) -> Any:
+    """The exact-shape rule for ``name``, run by float_array before anything is converted or copied."""
+
+    def check(got: tuple[int, ...]) -> None:
+        if tuple(got) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(got)}")
+
+    return check
+
+
 class CountSketch:
     """A linear count-sketch with Philox-derived buckets and signs.
 
@@ -154,16 +164,14 @@ class CountSketch:
         memory is bounded (about 128 MiB for float32 tables, 192 MiB for float64)
         whatever the sizes.
         """
-        gx = _device.float_gpu_array(x, "x")
+        gx = _device.float_gpu_array(x, "x", _shape_check("x", (self._dim,)))
         go = _device.gpu_array(out, "out") if out is not None else None
         if out is not None:
             _device.same_device([("x", gx), ("out", go)])
         be = _backend.resolve(backend, gx.label if gx is not None else None, "x")
         if gx is not None:
             return self._encode_gpu(gx, go, out)
-        a = float_array(x, "x")
-        if np.ndim(x) != 1 or a.shape != (self._dim,):
-            raise ValueError(f"x must have shape ({self._dim},), got {np.shape(x)}")
+        a = float_array(x, "x", check_shape=_shape_check("x", (self._dim,)))  # before any copy
         if out is None:
             table = np.zeros(self.shape, dtype=a.dtype)
         else:
@@ -242,7 +250,7 @@ class CountSketch:
         """
         if method not in ("mean", "median"):
             raise ValueError(f"method must be 'mean' or 'median', got {method!r}")
-        gt = _device.float_gpu_array(table, "table")
+        gt = _device.float_gpu_array(table, "table", _shape_check("table", self.shape))
         be = _backend.resolve(backend, gt.label if gt is not None else None, "table")
         median_scale = float(self._rows) if self._normalize else 1.0
         if gt is not None:
@@ -270,9 +278,7 @@ class CountSketch:
                 out.ptr,
             )
             return out.obj
-        t = float_array(table, "table")
-        if t.shape != self.shape:
-            raise ValueError(f"table must have shape {self.shape}, got {t.shape}")
+        t = float_array(table, "table", check_shape=_shape_check("table", self.shape))  # before any copy
         if be != "cpu":
             return _ref.count_sketch_decode(
                 t, self._dim, self._seed, self._rows, self._cols, self._group, self._normalize, method

@@ -215,9 +215,20 @@ class Accountant:
 
     # -- composition ------------------------------------------------------------------------
     def compose(self, event: PrivacyEvent, count: int = 1) -> "Accountant":
-        """Add ``count`` occurrences of ``event``; returns ``self`` so calls can be chained."""
+        """Add ``count`` occurrences of ``event``; returns ``self`` so calls can be chained.
+
+        ``event`` must be a concrete :class:`PrivacyEvent` (one that implements ``rdp``): the
+        abstract base class itself raises TypeError naming ``event``.
+        """
         if not isinstance(event, PrivacyEvent):
             raise TypeError(f"event must be a PrivacyEvent, got {type(event).__name__}")
+        if type(event).rdp is PrivacyEvent.rdp or (
+            isinstance(event, _KeywordRdpEvent) and type(event)._fn is _KeywordRdpEvent._fn
+        ):
+            raise TypeError(
+                f"event must be a concrete privacy event (e.g. GaussianEvent, SampledGaussianEvent, DPRECEvent, "
+                f"RdpEvent) that implements rdp(), got the abstract {type(event).__name__}"
+            )
         count = check_count(count, "count", minimum=0)
         if count == 0:
             return self
