@@ -40,24 +40,6 @@ CASES = [
     ("rec.accumulate", "group", lambda v: rec.accumulate(np.zeros(16, np.float32), v, [1], [0], sigma=1.0)),
     ("rec.accumulate", "seeds[0]", lambda v: rec.accumulate(np.zeros(16, np.float32), 0, [v], [0], sigma=1.0)),
     ("rec.accumulate", "indices[0]", lambda v: rec.accumulate(np.zeros(16, np.float32), 0, [1], [v], sigma=1.0)),
-    ("philox.words", "seed", lambda v: philox.words(v, 4)),
-    ("philox.words", "count", lambda v: philox.words(1, v)),
-    ("philox.words", "substream", lambda v: philox.words(1, 4, substream=v)),
-    ("philox.words", "group", lambda v: philox.words(1, 4, group=v)),
-    ("philox.words", "domain", lambda v: philox.words(1, 4, domain=v)),
-    ("philox.words", "offset", lambda v: philox.words(1, 4, offset=v)),
-    ("philox.uniforms", "seed", lambda v: philox.uniforms(v, 4)),
-    ("philox.uniforms", "count", lambda v: philox.uniforms(1, v)),
-    ("philox.uniforms", "substream", lambda v: philox.uniforms(1, 4, substream=v)),
-    ("philox.uniforms", "group", lambda v: philox.uniforms(1, 4, group=v)),
-    ("philox.uniforms", "domain", lambda v: philox.uniforms(1, 4, domain=v)),
-    ("philox.uniforms", "offset", lambda v: philox.uniforms(1, 4, offset=v)),
-    ("philox.normals", "seed", lambda v: philox.normals(v, 4)),
-    ("philox.normals", "count", lambda v: philox.normals(1, v)),
-    ("philox.normals", "substream", lambda v: philox.normals(1, 4, substream=v)),
-    ("philox.normals", "group", lambda v: philox.normals(1, 4, group=v)),
-    ("philox.normals", "domain", lambda v: philox.normals(1, 4, domain=v)),
-    ("philox.normals", "offset", lambda v: philox.normals(1, 4, offset=v)),
     ("philox.philox4x32", "counter", lambda v: philox.philox4x32(np.full(4, v), np.zeros(2, np.uint32))),
     ("philox.philox4x32", "key", lambda v: philox.philox4x32(np.zeros(4, np.uint32), np.full(2, v))),
     ("hadamard.RandomizedHadamard", "dim", lambda v: hadamard.RandomizedHadamard(v, 1)),
@@ -78,6 +60,16 @@ CASES = [
     ("codec.DPRECMessage", "bits[0]", lambda v: _message(bits=(v,))),
     ("codec.DPRECMessage", "indices[0]", lambda v: _message(indices=(v,))),
 ]
+
+# The three Philox stream functions share their integer parameters.
+for _fn in (philox.words, philox.uniforms, philox.normals):
+    CASES += [
+        (f"philox.{_fn.__name__}", "seed", lambda v, f=_fn: f(v, 4)),
+        (f"philox.{_fn.__name__}", "count", lambda v, f=_fn: f(1, v)),
+    ] + [
+        (f"philox.{_fn.__name__}", _arg, lambda v, f=_fn, a=_arg: f(1, 4, **{a: v}))
+        for _arg in ("substream", "group", "domain", "offset")
+    ]
 
 
 @pytest.mark.parametrize("kind,value", BAD, ids=[k for k, _ in BAD])
