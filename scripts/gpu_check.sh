@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The GPU session of issue 13 in one command: build dprec with its CUDA backend, report
+# the machine, run every GPU test (plain, under compute-sanitizer, the stream tests with
+# eager module loading), the stress tests, and the GPU benchmarks; logs go to $OUT (or
+# ./gpu-check when OUT is unset). Steps have their own time limits and are skipped once
+# the whole run nears DPREC_GPU_CHECK_BUDGET seconds, so one hang cannot eat the lease.
+#
+#   bash scripts/gpu_check.sh [steps]     # steps: any of build info tests stress streams
+#                                         # sanitize bench, run in the order given
+#                                         # (default: all, in that order)
+#
+# Needs: nvcc, cmake, pybind11, scikit-build-core, PyTorch with CUDA (CuPy optional).
+set -u
+OUT=${OUT:-$PWD/gpu-check}
+mkdir -p "$OUT"
+LOG=$OUT/gpu_check.log
+BUDGET=${DPREC_GPU_CHECK_BUDGET:-570}
+ARCH=${DPREC_CUDA_ARCH:-90}
+START=$SECONDS
+PY=${PYTHON:-python3}
+STEPS=${*:-build info tests stress streams sanitize bench}
+export PYTHONUNBUFFERED=1
+
+say() { echo "=== [$((SECONDS - START))s] $*" | tee -a "$LOG"; }
+# run LIMIT_S NAME CMD...: run with a time limit if enough of the budget is left.
+run() {
+  local limit=$1 name=$2
+  shift 2
+  local left=$((BUDGET - (SECONDS - START)))
+  if ((left < 20)); then say "SKIP $name (budget spent)"; return 0; fi
+  ((limit > left)) && limit=$left
+  say "$name (limit ${limit}s): $*"
+  timeout --signal=INT --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  say "$name -> rc=$rc"
+  return 0
+}
+
+GPU_TESTS=(tests/test_cuda.py tests/test_cuda_hadamard.py tests/test_cuda_sketch.py tests/test_cuda_interop.py)
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts= -rfEs)
+
+step_build() {
+  # sm_90 only: this machine's GPU, and a quarter of the default build's compile time.
+  run 300 build env CMAKE_BUILD_PARALLEL_LEVEL=16 "$PY" -m pip install -q --no-build-isolation --no-deps \
+    -C cmake.define.DPREC_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -C build-dir=/tmp/dprec-build .
+}
+step_info() {
+  run 30 nvidia-smi nvidia-smi
+  run 10 nvcc nvcc --version
+  run 60 dprec-info "$PY" -m dprec info
+  run 60 versions "$PY" -c "import torch, numpy, dprec; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name()); print('numpy', numpy.__version__); import cupy; print('cupy', cupy.__version__)"
+}
+step_tests() {
+  run 300 gpu-tests "${PYTEST[@]}" "${GPU_TESTS[@]}" tests/test_torch_helpers.py tests/test_codec.py \
+    tests/test_bad_input.py tests/test_hadamard.py tests/test_sketch.py tests/test_gpu_emulation.py
+}
+step_stress() {
+  run 240 stress "${PYTEST[@]}" tests/test_cuda_stress.py
+}
+step_streams() {
+  run 60 streams "${PYTEST[@]}" "${GPU_TESTS[@]}" -k "stream"
+  run 60 streams-eager env CUDA_MODULE_LOADING=EAGER "${PYTEST[@]}" "${GPU_TESTS[@]}" -k "stream"
+}
+step_sanitize() {
+  for tool in memcheck racecheck synccheck; do
+    run 150 "sanitizer-$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      "${PYTEST[@]}" -x tests/test_cuda.py tests/test_cuda_hadamard.py tests/test_cuda_sketch.py \
+      -k "not 2_26 and not 65536 and not chi_square and not several_batches"
+  done
+}
+step_bench() {
+  BLOG=$OUT/bench.log
+  run 240 bench-gpu sh -c "$PY bench/bench_gpu.py >>'$BLOG' 2>&1"
+  run 120 bench-gpu-hadamard sh -c "$PY bench/bench_gpu_hadamard.py >>'$BLOG' 2>&1"
+  run 120 bench-gpu-sketch sh -c "$PY bench/bench_gpu_sketch.py >>'$BLOG' 2>&1"
+}
+for step in $STEPS; do "step_$step"; done
+say "done"
