@@ -5,7 +5,8 @@ Usage::
 
     python bench/bench_gpu_sketch.py                     # d = 2^20, 2^22, 2^24; rows 5, 15; cols 2^16
     python bench/bench_gpu_sketch.py --cols-d-over 64    # cols = d / 64
-    python bench/bench_gpu_sketch.py --quick             # d = 2^20, rows 5, 3 repetitions (a smoke run)
+    python bench/bench_gpu_sketch.py --cols 1 3 64 --rows 1 40   # degenerate shapes: long runs per cell
+    python bench/bench_gpu_sketch.py --quick             # d = 2^20, rows 5, cols 2^16 and 3, 3 repetitions
 
 Needs PyTorch with CUDA and dprec built with its CUDA backend; elsewhere it prints why it
 cannot run and exits with status 0. Everything runs on PyTorch's current stream, float32,
@@ -15,7 +16,10 @@ every method, measured in this run:
 Encode (count-mean, scale 1/rows), throughput ``d / time`` in G elements/s:
 
 * **dprec kernel**: the private ``count_sketch_encode`` call into a preallocated table
-  (pairs -> stable radix sort -> in-order fold: deterministic, the CPU's bits);
+  (pairs -> stable radix sort -> in-order fold: deterministic, the CPU's bits). With few
+  columns every cell adds ``d / cols`` values one after another (the CPU's order), so
+  its time is bounded below by ``d / cols`` dependent additions whatever the GPU: the
+  ``--cols 1 3 64`` rows show how close the warp-per-cell fold comes to that;
 * **dprec API**: ``CountSketch.encode(x)`` as users call it (allocates and zeroes the
   table, and checks that ``x`` is finite, which waits for the stream once);
 * **torch pre**: the csvec approach, ``table.view(-1).scatter_add_(0, idx, signs * x)``
@@ -192,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, nargs="+", default=[5, 15])
     p.add_argument("--log2-cols", type=int, default=16, help="cols = 2**N (default 16)")
     p.add_argument("--cols-d-over", type=int, default=0, help="cols = d / N instead of 2**log2-cols")
+    p.add_argument(
+        "--cols",
+        type=int,
+        nargs="+",
+        default=None,
+        help="these cols values, one row each (e.g. 1 3 64: degenerate shapes); overrides the two options above",
+    )
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--min-time-ms", type=float, default=50.0)
     p.add_argument("--agree-log2-d", type=int, default=18)
@@ -203,13 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.log2_d, args.rows, args.repeat = [20], [5], 3
+        args.cols = args.cols or [1 << 16, 3]  # the common shape and a degenerate one
     import torch
 
     print(
         f"dprec {dprec.__version__}, torch {torch.__version__}, {dprec.cuda.device_name(torch.cuda.current_device())}"
     )
-    ok, detail = agreement(args.agree_log2_d, 5, 1 << 10)
-    print(f"agreement GPU vs CPU at d = 2^{args.agree_log2_d} + 3: {detail} -> {'OK' if ok else 'FAIL'}")
+    ok = True
+    for agree_cols in [1 << 10] + [c for c in args.cols or [] if c != 1 << 10]:
+        agrees, detail = agreement(args.agree_log2_d, 5, agree_cols)
+        ok = ok and agrees
+        print(
+            f"agreement GPU vs CPU at d = 2^{args.agree_log2_d} + 3, rows 5, cols {agree_cols}: {detail} "
+            f"-> {'OK' if agrees else 'FAIL'}"
+        )
     print()
     names = [
         "enc dprec",
@@ -225,17 +243,23 @@ def main(argv: list[str] | None = None) -> int:
     print("| d | rows | cols | " + " | ".join(names) + " | dprec / torch pre (enc) | torch rel. err |")
     print("|" + "---|" * (len(names) + 5))
     for d_log2 in args.log2_d:
+        if args.cols:
+            cols_list = args.cols
+        elif args.cols_d_over:
+            cols_list = [(1 << d_log2) // args.cols_d_over]
+        else:
+            cols_list = [1 << args.log2_cols]
         for rows in args.rows:
-            cols = (1 << d_log2) // args.cols_d_over if args.cols_d_over else 1 << args.log2_cols
-            t = bench_row(d_log2, rows, cols, args.repeat, args.min_time_ms / 1e3)
-            d = 1 << d_log2
-            cells = [f"{d / t[n] / _G:.2f}" if n in t else "-" for n in names]
-            print(
-                f"| 2^{d_log2} | {rows} | {cols} | "
-                + " | ".join(cells)
-                + f" | {t['enc torch pre'] / t['enc dprec']:.2f}x | {t['_torch_rel_err']:.1e} |",
-                flush=True,
-            )
+            for cols in cols_list:
+                t = bench_row(d_log2, rows, cols, args.repeat, args.min_time_ms / 1e3)
+                d = 1 << d_log2
+                cells = [f"{d / t[n] / _G:.2f}" if n in t else "-" for n in names]
+                print(
+                    f"| 2^{d_log2} | {rows} | {cols} | "
+                    + " | ".join(cells)
+                    + f" | {t['enc torch pre'] / t['enc dprec']:.2f}x | {t['_torch_rel_err']:.1e} |",
+                    flush=True,
+                )
     return 0 if ok else 1
 
 

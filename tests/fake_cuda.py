@@ -107,6 +107,8 @@ class FakeCuda:
 
     def __init__(self, fill: int = 0xFF) -> None:
         self.calls: list[Call] = []
+        #: (function, scratch) for every call that may allocate scratch memory
+        self.scratch_sources: list[tuple[str, Any]] = []
         self.registry: dict[int, tuple[int, np.ndarray]] = {}
         self.fill = fill
         self.DeviceBuffer = _buffer_class(self)
@@ -276,8 +278,10 @@ class FakeCuda:
         n_candidates: int,
         factor: float,
         out: int,
+        scratch: Any = None,
     ) -> None:
         self._record("rec_dot_products", stream, phi, dtype, d, seed, group, n_candidates, factor, out)
+        self.scratch_sources.append(("rec_dot_products", scratch))
         device = self._device(device)
         d, k = _uint(d, "d"), _uint(n_candidates, "n_candidates")
         if d == 0:
@@ -289,8 +293,11 @@ class FakeCuda:
         p = self._view(phi, device, t, d, "phi")
         _emu().rec_dot_products(p, seed, group, float(factor), o)
 
-    def generate_only(self, device: int, stream: int, d: int, seed: int, group: int, n_candidates: int) -> None:
+    def generate_only(
+        self, device: int, stream: int, d: int, seed: int, group: int, n_candidates: int, scratch: Any = None
+    ) -> None:
         self._record("generate_only", stream, d, seed, group, n_candidates)
+        self.scratch_sources.append(("generate_only", scratch))
         self._device(device)
         if _uint(d, "d") == 0:
             raise ValueError("d must be at least 1")
@@ -298,9 +305,10 @@ class FakeCuda:
         _check_candidates(_uint(n_candidates, "n_candidates"))
 
     def gumbel_argmax(
-        self, device: int, stream: int, logits: int, gumbel: np.ndarray, offsets: np.ndarray
+        self, device: int, stream: int, logits: int, gumbel: np.ndarray, offsets: np.ndarray, scratch: Any = None
     ) -> np.ndarray:
         self._record("gumbel_argmax", stream, logits, gumbel.copy(), offsets.copy())
+        self.scratch_sources.append(("gumbel_argmax", scratch))
         device = self._device(device)
         _host_input(gumbel, np.float64, "gumbel")
         off = _host_input(offsets, np.int64, "offsets")
@@ -326,8 +334,10 @@ class FakeCuda:
         seeds: np.ndarray,
         indices: np.ndarray,
         coefs: np.ndarray,
+        scratch: Any = None,
     ) -> None:
         self._record("accumulate", stream, out, dtype, d, group)
+        self.scratch_sources.append(("accumulate", scratch))
         device = self._device(device)
         d = _uint(d, "d")
         if d == 0:
@@ -347,8 +357,10 @@ class FakeCuda:
         seeds: np.ndarray,
         indices: np.ndarray,
         coefs: np.ndarray,
+        scratch: Any = None,
     ) -> None:
         self._record("aggregate_f32", stream, out, d, group)
+        self.scratch_sources.append(("aggregate_f32", scratch))
         device = self._device(device)
         d = _uint(d, "d")
         if d == 0:
@@ -366,8 +378,10 @@ class FakeCuda:
         dtypes: Sequence[str],
         sizes: Sequence[int],
         divisor: float,
+        scratch: Any = None,
     ) -> np.ndarray:
         self._record("norm_stats", stream, ptrs, dtypes, sizes, divisor)
+        self.scratch_sources.append(("norm_stats", scratch))
         device = self._device(device)
         for name, v in (("ptrs", ptrs), ("dtypes", dtypes), ("sizes", sizes)):
             # pybind11's std::vector caster takes a sequence, not a bare value or a string.
@@ -450,8 +464,10 @@ class FakeCuda:
         scale: float,
         table: int,
         table_dtype: str,
+        scratch: Any = None,
     ) -> None:
         self._record("count_sketch_encode", stream, x, x_dtype, dim, seed, group, rows, cols, scale, table, table_dtype)
+        self.scratch_sources.append(("count_sketch_encode", scratch))
         device = self._device(device)
         dim = _uint(dim, "dim")
         cells = self._check_sketch_shape(int(rows), int(cols))
@@ -502,8 +518,20 @@ class FakeCuda:
             raise ValueError(f"n must be a power of two in 1 .. 2**30, got {n}")
         return n
 
-    def fwht(self, device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool) -> None:
+    def fwht(
+        self,
+        device: int,
+        stream: int,
+        src: int,
+        dst: int,
+        dtype: str,
+        rows: int,
+        n: int,
+        normalize: bool,
+        scratch: Any = None,
+    ) -> None:
         self._record("fwht", stream, src, dst, dtype, rows, n, normalize)
+        self.scratch_sources.append(("fwht", scratch))
         device = self._device(device)
         n, rows = self._fwht_n(n), _uint(rows, "rows")
         if rows == 0:
@@ -527,8 +555,10 @@ class FakeCuda:
         group: int,
         repeats: int,
         inverse: bool,
+        scratch: Any = None,
     ) -> None:
         self._record("randomized_hadamard", stream, src, dst, dtype, rows, dim, n, seed, group, repeats, inverse)
+        self.scratch_sources.append(("randomized_hadamard", scratch))
         device = self._device(device)
         n, rows, dim = self._fwht_n(n), _uint(rows, "rows"), _uint(dim, "dim")
         if rows == 0:
@@ -557,16 +587,21 @@ def _buffer_class(fake: FakeCuda) -> type:
     class DeviceBuffer:
         """A fake device allocation: registered host memory, freed when collected."""
 
-        def __init__(self, device: int, nbytes: int) -> None:
+        def __init__(self, device: int, stream: int, nbytes: int) -> None:
             self._ptr = 0
             self._device = fake._device(device)
+            self._stream = _uint(stream, "stream")
             self._nbytes = _uint(nbytes, "nbytes")
             self._ptr, self._mem = fake._allocate(self._nbytes)
-            fake._record("DeviceBuffer", None, self._nbytes)
+            fake._record("DeviceBuffer", None, self._nbytes, self._stream)
 
         @property
         def device(self) -> int:
             return self._device
+
+        @property
+        def stream(self) -> int:
+            return self._stream
 
         @property
         def nbytes(self) -> int:
@@ -614,7 +649,7 @@ class FakeGpuArray:
     ) -> None:
         host = np.ascontiguousarray(data)
         self._fake = fake
-        self._buffer = fake.DeviceBuffer(0, host.nbytes)
+        self._buffer = fake.DeviceBuffer(0, 0, host.nbytes)
         if host.nbytes:
             fake.memory(self._buffer.ptr, np.uint8, host.nbytes)[...] = host.reshape(-1).view(np.uint8)
         self.dtype = host.dtype

@@ -232,6 +232,46 @@ def test_batched_sampling_matches_cpu_with_the_same_noise():
     assert rec.sample_indices(flat, gumbel=np.zeros((3, 8))).tolist() == [0, 0, 0]
 
 
+def test_sampling_k_2_24_matches_cpu():
+    # One group of 2**24 candidates: three levels on the device (2**16, 2**8 and 1 threads).
+    k = 1 << 24
+    lg = torch.randn(k, device="cuda", dtype=torch.float64, generator=torch.Generator(device="cuda").manual_seed(24))
+    noise = rec.gumbel_noise(k, np.random.default_rng(24))
+    assert rec.sample_index(lg, gumbel=noise) == rec.sample_index(lg.cpu().numpy(), gumbel=noise, backend="cpu")
+    # Ties go to the first index, wherever the threads and levels meet them.
+    zeros = np.zeros(k)
+    lg.zero_()
+    assert rec.sample_index(lg, gumbel=zeros) == 0
+    lg[k - 1] = 1.0
+    assert rec.sample_index(lg, gumbel=zeros) == k - 1
+    lg[(1 << 16) + 7] = 1.0  # level-0 thread 7, second item; ties with the last element
+    lg[7 + 5 * (1 << 16)] = 1.0  # the same thread, later
+    assert rec.sample_index(lg, gumbel=zeros) == (1 << 16) + 7
+
+
+def test_gumbel_argmax_bit_identical_to_the_host_emulation():
+    # Many groups of mixed sizes (one, two and three levels), ties, NaN and -inf, through
+    # the binding itself (the public API refuses non-finite logits).
+    cuda = dprec._backend.cuda_module()
+    emu = dprec._backend.native().gpu_emulation
+    sizes = [1, 2, 255, 256, 257, 257 * 256, (1 << 20) + 3] + [128] * 300 + [3, 1]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(offsets[-1])
+    rng = np.random.default_rng(13)
+    for trial in range(3):
+        if trial == 0:
+            logits, noise = rng.standard_normal(n), rec.gumbel_noise(n, rng)
+        else:
+            logits, noise = rng.integers(0, 3, size=n).astype(np.float64), np.zeros(n)
+            logits[rng.integers(0, n, size=500)] = np.nan if trial == 1 else -np.inf
+            logits[offsets[1:-1:3]] = np.nan  # some groups start with NaN: the CPU answers 0
+        lg = torch.tensor(logits, device="cuda")
+        got = cuda.gumbel_argmax(lg.device.index, 0, lg.data_ptr(), noise, offsets)
+        assert np.array_equal(got, emu.gumbel_argmax(logits, noise, offsets)), trial
+        cpu = [dprec._backend.native().gumbel_argmax(logits[a:b], noise[a:b]) for a, b in zip(offsets, offsets[1:])]
+        assert got.tolist() == cpu, trial
+
+
 def test_index_distribution_chi_square():
     logits = np.array([0.0, 1.0, -0.5, 2.0, 0.3, -2.0, 1.5, 0.0])
     p = np.exp(logits - logits.max())
@@ -290,6 +330,12 @@ def test_work_runs_on_the_callers_current_stream():
     s = torch.cuda.Stream()
     out = torch.empty(d, device="cuda")
     expected = rec.candidate(8, 2, 6, d, sigma=1.0, backend="cpu")
+    # Load every kernel used below first: under lazy module loading a kernel's first launch
+    # (PyTorch's fill as well as dprec's) may wait for the device, which is not what this
+    # test is about (test_first_call_loads_the_kernels_once is).
+    out.fill_(1.0)
+    rec.candidate(8, 2, 6, d, sigma=1.0, out=out)
+    torch.cuda.synchronize()
     with torch.cuda.stream(s):
         torch.cuda._sleep(50_000_000)  # keep the stream busy for a while
         out.fill_(0.0)  # queued behind the sleep on s
@@ -382,6 +428,26 @@ def test_codec_clips_extreme_float64_updates_on_gpu():
 # ---------------------------------------------------------------------------------------
 # Bad input
 # ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_norm_stats_bit_identical_to_the_host_emulation(dtype):
+    # The finiteness check of every GPU entry point: one launch for the per-thread pairs,
+    # then (sum, max) levels; the host runs the same bodies in the same order.
+    cuda = dprec._backend.cuda_module()
+    emu = dprec._backend.native().gpu_emulation
+    name = "float32" if dtype == torch.float32 else "float64"
+    g = torch.Generator(device="cuda").manual_seed(8)
+    xs = [torch.randn(n, device="cuda", dtype=dtype, generator=g) * 3 for n in (1, 257, 70_001, (1 << 24) + 3)]
+    xs[2][123] = float("inf")
+    xs.append(xs[3].clone())
+    xs[4][(1 << 24) - 5] = float("nan")
+    for divisor in (1.0, 0.3):
+        ptrs = [x.data_ptr() for x in xs]
+        got = cuda.norm_stats(xs[0].device.index, 0, ptrs, [name] * len(xs), [x.numel() for x in xs], divisor)
+        expected = np.array([emu.norm_stats(x.cpu().numpy(), divisor) for x in xs])
+        assert np.array_equal(_bits(got), _bits(expected)), divisor
+    assert got[2, 1] == np.inf and np.isnan(got[4, 1])
 
 
 def test_wrong_backend_for_gpu_data_is_a_clear_error():

@@ -587,7 +587,7 @@ def _binding_calls(cu, device, ptr):
         "to_float32": lambda: cu.to_float32(device, 0, ptr, "float16", 4, ptr),
         "synchronize": lambda: cu.synchronize(device, 0),
         "device_name": lambda: cu.device_name(device),
-        "DeviceBuffer": lambda: cu.DeviceBuffer(device, 16),
+        "DeviceBuffer": lambda: cu.DeviceBuffer(device, 0, 16),
     }
 
 

@@ -63,10 +63,41 @@ def test_encode_decode_bit_identical_to_cpu(log2_d, rows, cols, dtype):
 
 
 def test_encode_over_several_batches_is_bit_identical():
-    """d above the GPU's 2**23-pair batch: chunks of one row processed in turn."""
+    """d above the GPU's 2**23-pair batch: chunks of both rows processed in turn."""
     d = (1 << 23) + 5
     cs = CountSketch(d, 2, 1000, seed=3)
     x = torch.randn(d, device="cuda")
+    assert _same_bits(cs.encode(x), cs.encode(x.cpu().numpy(), backend="cpu"))
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (5, 1), (1, 3), (7, 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_encode_few_columns_bit_identical(rows, cols, dtype):
+    """cols = 1 and 3 at d = 2**22 + 1: every cell adds ~10**6 values in order (one warp per
+    cell), into a new table and accumulated into a random one."""
+    d = (1 << 22) + 1
+    cs = CountSketch(d, rows, cols, seed=0xC01 + cols, group=rows)
+    g = torch.Generator(device="cuda").manual_seed(rows * 10 + cols)
+    x = torch.randn(d, generator=g, device="cuda", dtype=dtype) * 100
+    x_host = x.cpu().numpy()
+    assert _same_bits(cs.encode(x), cs.encode(x_host, backend="cpu"))
+    start = torch.randn(cs.shape, generator=g, device="cuda", dtype=dtype)
+    host = start.cpu().numpy()
+    cs.encode(x, out=start)
+    cs.encode(x_host, out=host, backend="cpu")
+    assert _same_bits(start, host)
+
+
+@pytest.mark.parametrize("cols", [2, 1000, 1 << 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_encode_many_rows_of_long_rows_bit_identical(cols, dtype):
+    """rows = 40 at d = 2**23 + 5: every batch takes all 40 rows and a short chunk of each
+    (41 sorts of ~2**23 pairs), the rows never sorted; long runs (cols = 2) fold one warp per
+    cell, short ones one thread per run."""
+    d = (1 << 23) + 5
+    cs = CountSketch(d, 40, cols, seed=0x40 + cols)
+    g = torch.Generator(device="cuda").manual_seed(cols)
+    x = torch.randn(d, generator=g, device="cuda", dtype=dtype)
     assert _same_bits(cs.encode(x), cs.encode(x.cpu().numpy(), backend="cpu"))
 
 

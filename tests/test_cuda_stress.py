@@ -162,3 +162,130 @@ def test_gumbel_argmax_at_24_bits_matches_the_cpu():
     noise = rec.gumbel_noise(k, np.random.default_rng(7))
     lg = torch.from_numpy(lg_host).cuda()
     assert rec.sample_index(lg, gumbel=noise) == rec.sample_index(lg_host, gumbel=noise)
+
+
+# ---------------------------------------------------------------------------------------
+# Memory: the caller's allocator, stream-ordered frees, DLPack lifetimes (items 4, 7, 8)
+# ---------------------------------------------------------------------------------------
+
+
+def test_scratch_comes_from_pytorchs_caching_allocator():
+    x = torch.randn((1 << 22) + 3, device="cuda")
+    torch.cuda.synchronize()
+    reserved = dprec.cuda.memory_pool_reserved()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    rec.logits(x, 5, 1, 7, sigma=1.0)  # norm scratch + LLR partial sums
+    CountSketch(x.numel(), 3, 1 << 12, seed=1).encode(x)  # the sort's keys, values, CUB storage
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] >= before + 5
+    assert dprec.cuda.memory_pool_reserved() == reserved  # dprec's own pool untouched
+
+
+def test_dprec_runs_while_pytorch_caches_all_free_memory():
+    """PyTorch keeps freed blocks in its cache: with dprec's scratch in that same cache a call
+    succeeds where a separate allocator would find the device full."""
+    x = torch.randn(1 << 24, device="cuda")
+    held = _fill_device(keep_small_block=False)
+    del held[:]  # back to PyTorch's cache, not to the driver
+    try:
+        assert _free_bytes() < 64 << 20
+        z = torch.empty_like(x)
+        y = fwht(x)  # a work buffer of 64 MiB, and the norm check's scratch
+        rot = RandomizedHadamard(x.numel() - 5, seed=3)
+        rot.forward(x[: x.numel() - 5].reshape(1, -1))
+        del z, y
+    finally:
+        _release(held)
+
+
+def test_a_device_array_is_freed_in_stream_order_without_waiting():
+    s = torch.cuda.Stream()
+    a = dprec.cuda.DeviceArray(1 << 20, "float32", stream=s.cuda_stream)
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(50_000_000)
+        del a
+        assert not s.query()  # freeing did not synchronise the stream (or the device)
+    s.synchronize()
+
+
+def test_the_pool_keeps_memory_up_to_its_release_threshold():
+    threshold = dprec.cuda.memory_pool_release_threshold()
+    assert 0 < threshold <= 1 << 30
+    try:
+        dprec.cuda.set_memory_pool_release_threshold(64 << 20)
+        a = dprec.cuda.DeviceArray(8 << 20, "uint32")  # 32 MiB, below the threshold
+        del a
+        torch.cuda.synchronize()
+        assert dprec.cuda.memory_pool_reserved() >= 32 << 20  # kept for reuse
+        dprec.cuda.set_memory_pool_release_threshold(0)
+        b = dprec.cuda.DeviceArray(1, "uint32")
+        del b
+        gc.collect()
+        dprec.cuda.empty_cache()
+        assert dprec.cuda.memory_pool_reserved() < 32 << 20  # handed back
+    finally:
+        dprec.cuda.set_memory_pool_release_threshold(threshold)
+
+
+class _DLPackOnly:
+    """A GPU array that only speaks DLPack (like a JAX array)."""
+
+    def __init__(self, t) -> None:
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_a_dlpack_import_is_released_only_after_its_work():
+    legacy = torch.cuda.default_stream()
+    assert legacy.cuda_stream == 0, "PyTorch's default stream is not the legacy default stream here"
+    out = torch.zeros(1 << 20, device="cuda")
+    rec.candidate(1, 2, 3, out.numel(), sigma=1.0, out=out)  # kernels loaded
+    torch.cuda.synchronize()
+    with torch.cuda.stream(legacy):
+        torch.cuda._sleep(50_000_000)
+        rec.candidate(1, 2, 3, out.numel(), sigma=1.0, out=out)  # a PyTorch tensor: no wait
+        assert not legacy.query()
+        torch.cuda._sleep(50_000_000)
+        rec.candidate(1, 2, 3, out.numel(), sigma=1.0, out=_DLPackOnly(out))
+        # The import was released on return, and only after its kernel had run.
+        assert legacy.query()
+    want = rec.candidate(1, 2, 3, out.numel(), sigma=1.0, backend="cpu")
+    assert np.array_equal(_bits(out), _bits(want))
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel loading (lazy module loading waits for the device)
+# ---------------------------------------------------------------------------------------
+
+_FIRST_CALLS = """
+import numpy as np, torch, dprec
+from dprec import rec
+s = torch.cuda.Stream()
+out = torch.zeros(1 << 20, device="cuda")
+out.fill_(1.0); torch.cuda._sleep(1000); torch.cuda.synchronize()  # PyTorch's kernels loaded
+with torch.cuda.stream(s):
+    torch.cuda._sleep(50_000_000)
+    dprec.philox.normals(7, out.numel(), out=out)  # the first dprec call: may wait, once
+    torch.cuda._sleep(50_000_000)
+    # Another kernel, never launched before: loaded already, so nothing waits.
+    rec.accumulate(out, 0, np.array([1, 2], np.uint64), np.array([3, 4]), sigma=0.5)
+    print("waited" if s.query() else "queued")
+s.synchronize()
+"""
+
+
+@pytest.mark.parametrize("loading", ["LAZY", "EAGER"])
+def test_a_kernel_first_used_later_does_not_wait(loading):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUDA_MODULE_LOADING=loading)
+    r = subprocess.run([sys.executable, "-c", _FIRST_CALLS], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "queued"

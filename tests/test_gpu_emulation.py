@@ -225,6 +225,188 @@ def test_gumbel_argmax_first_index_wins_ties(emu, core):
         assert got[g] == core.gumbel_argmax(logits[a:b], noise[a:b])
 
 
+ARGMAX_ITEMS = 256  # gpu::kArgmaxItemsPerThread
+
+
+def _offsets(sizes) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def _argmax_threads(sizes) -> list[list[int]]:
+    """Threads per group at each level of gpu::make_argmax_plan (until one per group)."""
+    levels = []
+    items = list(sizes)
+    while True:
+        threads = [_ceil_div(n, ARGMAX_ITEMS) for n in items]
+        levels.append(threads)
+        if all(t == 1 for t in threads):
+            return levels
+        items = threads
+
+
+def _cpu_argmax(core, logits, gumbel, offsets) -> list[int]:
+    """cpu::gumbel_argmax (the CPU backend's scan) group by group."""
+    return [
+        core.gumbel_argmax(np.ascontiguousarray(logits[a:b]), np.ascontiguousarray(gumbel[a:b]))
+        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())
+    ]
+
+
+# Group sizes around every edge of the plan: one element, one thread (up to 256), two
+# threads (257), then three levels: 257 * 256 (257, 2 and 1 threads) and 2**20 + 3
+# (4097, 17 and 1).
+ARGMAX_SIZES = [1, 2, ARGMAX_ITEMS - 1, ARGMAX_ITEMS, ARGMAX_ITEMS + 1, 257 * ARGMAX_ITEMS, 2**20 + 3]
+
+
+def test_gumbel_argmax_plan(emu):
+    mixed = [128] * 300 + ARGMAX_SIZES + [3, 1]
+    for sizes in ([1], [2**20 + 3], [2**24], [128] * 300, mixed):
+        offsets = _offsets(sizes)
+        rows = emu.gumbel_argmax_plan(offsets)
+        expected = [offsets] + [_offsets(t) for t in _argmax_threads(sizes)]
+        assert rows.shape == (len(expected), len(sizes) + 1) and np.array_equal(rows, np.array(expected)), sizes[:3]
+    # Small groups take one level, one group of 2**24 three.
+    assert len(_argmax_threads([128] * 300)) == 1
+    assert _argmax_threads([2**24]) == [[2**16], [2**8], [1]]
+    assert _argmax_threads([2**20 + 3]) == [[4097], [17], [1]]
+    assert _argmax_threads([257 * ARGMAX_ITEMS]) == [[257], [2], [1]]
+
+
+def test_gumbel_argmax_matches_cpu_for_every_plan_edge(emu, core):
+    rng = np.random.default_rng(2024)
+    for sizes in [[k] for k in ARGMAX_SIZES] + [ARGMAX_SIZES[::-1] + [128] * 40 + [3, 1, 300]]:
+        offsets = _offsets(sizes)
+        n = int(offsets[-1])
+        logits = rng.standard_normal(n) * 3
+        gumbel = rec.gumbel_noise(n, rng)
+        got = emu.gumbel_argmax(logits, gumbel, offsets)
+        assert got.tolist() == _cpu_argmax(core, logits, gumbel, offsets), sizes[:3]
+
+
+def test_gumbel_argmax_many_random_groups(emu, core):
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        sizes = rng.choice([1, 2, 3, 7, 128, 255, 256, 257, 600, 5000], size=200).tolist()
+        offsets = _offsets(sizes)
+        n = int(offsets[-1])
+        # Few distinct values: ties everywhere, within threads and across them.
+        logits = rng.integers(0, 4, size=n).astype(np.float64)
+        gumbel = np.zeros(n)
+        assert emu.gumbel_argmax(logits, gumbel, offsets).tolist() == _cpu_argmax(core, logits, gumbel, offsets)
+        logits = rng.standard_normal(n)
+        gumbel = rec.gumbel_noise(n, rng)
+        assert emu.gumbel_argmax(logits, gumbel, offsets).tolist() == _cpu_argmax(core, logits, gumbel, offsets)
+
+
+def _tie_positions(k: int) -> list[tuple[int, ...]]:
+    """Index sets of equal maxima in a group of k: first and last, neighbours, and pairs
+    whose smaller index is not the one met first along a thread's stride."""
+    t0 = _ceil_div(k, ARGMAX_ITEMS)  # level-0 threads; thread j takes j, j + t0, ...
+    cases = [(0, k - 1), (k - 2, k - 1), (k - 1,), (0,)]
+    if t0 > 1:
+        cases += [
+            (t0 - 1, t0),  # last element of thread t0 - 1's first step, first of thread 0's second
+            (1 + 2 * t0, 2),  # thread 1's third item against thread 2's first
+            (k - 1, k - 1 - t0, k - 2),  # the end of the group, in two threads
+        ]
+    levels = _argmax_threads([k])
+    if len(levels) > 2:
+        t1 = levels[1][0]  # level-1 threads: level-1 thread p takes partials p, p + t1, ...
+        # Partial 5 (level-0 thread 5) wins at 5 + 2 t0; partial 5 + t1 holds the smaller
+        # 5 + t1: the same level-1 thread meets the larger index first.
+        # And the smaller index in level-1 thread 0, the larger in level-1 thread t1 - 1.
+        cases += [(5 + 2 * t0, 5 + t1), (t1, 3 * t0 + t1 - 1)]
+    return [tuple(sorted(set(c))) for c in cases]
+
+
+@pytest.mark.parametrize("k", [2, ARGMAX_ITEMS - 1, ARGMAX_ITEMS, ARGMAX_ITEMS + 1, 257 * ARGMAX_ITEMS, 2**20 + 3])
+def test_gumbel_argmax_first_index_wins_ties_across_threads_and_levels(emu, core, k):
+    rng = np.random.default_rng(k)
+    base = rng.uniform(-1.0, 1.0, size=k)
+    offsets = np.array([0, k], dtype=np.int64)
+    for where in _tie_positions(k):
+        logits = base.copy()
+        logits[list(where)] = 5.0
+        gumbel = np.zeros(k)
+        assert emu.gumbel_argmax(logits, gumbel, offsets).tolist() == [where[0]], where
+        assert core.gumbel_argmax(logits, gumbel) == where[0]
+    assert emu.gumbel_argmax(np.zeros(k), np.zeros(k), offsets).tolist() == [0]
+    flat = np.full(k, -np.inf)
+    assert emu.gumbel_argmax(flat, np.zeros(k), offsets).tolist() == [0] == [core.gumbel_argmax(flat, np.zeros(k))]
+
+
+@pytest.mark.parametrize("k", [1, 2, ARGMAX_ITEMS - 1, ARGMAX_ITEMS + 1, 257 * ARGMAX_ITEMS, 2**20 + 3])
+def test_gumbel_argmax_nan_and_inf_as_on_the_cpu(emu, core, k):
+    # The CPU scan starts at the group's first element and moves on strictly greater sums:
+    # a NaN first element is the answer, any other NaN is never chosen; -inf is a value.
+    rng = np.random.default_rng(k + 1)
+    offsets = np.array([0, k], dtype=np.int64)
+    t0 = _ceil_div(k, ARGMAX_ITEMS)
+    starts = [j for j in (1, t0 - 1, t0, t0 + 1, 2 * t0) if j < k]  # first items of threads, and after
+    spots = sorted({0, k // 2, k - 1, *starts})
+    base = rng.standard_normal(k)
+    gumbel = np.zeros(k)
+
+    def check(logits):
+        expected = core.gumbel_argmax(logits, gumbel)
+        assert emu.gumbel_argmax(logits, gumbel, offsets).tolist() == [expected]
+        return expected
+
+    for pos in spots:
+        for bad in (np.nan, -np.inf, np.inf):
+            logits = base.copy()
+            logits[pos] = bad
+            expected = check(logits)
+            if bad == np.inf or (np.isnan(bad) and pos == 0):
+                assert expected == pos
+            elif k > 1:
+                assert expected == int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
+        # Everything NaN or -inf but one finite element; NaN at every thread's first item.
+        logits = np.where(np.arange(k) % 2 == 0, np.nan, -np.inf)
+        logits[pos] = 1.0
+        check(logits)
+        logits = np.full(k, -np.inf)
+        logits[list(starts)] = np.nan
+        check(logits)
+        logits[pos] = np.nan
+        check(logits)
+    for fill in (np.nan, -np.inf):
+        logits = np.full(k, fill)
+        assert check(logits) == 0
+    logits = np.full(k, np.nan)
+    logits[k - 1] = -np.inf
+    assert check(logits) == 0  # the first element is NaN
+
+
+def test_gumbel_argmax_nan_first_elements_in_many_groups(emu, core):
+    sizes = [1, 3, 257, 600, 2, 70_000, 128]
+    offsets = _offsets(sizes)
+    n = int(offsets[-1])
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal(n)
+    gumbel = rec.gumbel_noise(n, rng)
+    logits[rng.integers(0, n, size=50)] = np.nan
+    logits[offsets[:-1]] = 0.0
+    logits[offsets[1:-1:2]] = np.nan  # the first element of groups 1, 3 and 5
+    got = emu.gumbel_argmax(logits, gumbel, offsets).tolist()
+    assert got == _cpu_argmax(core, logits, gumbel, offsets)
+    assert got[1::2] == [0, 0, 0]
+
+
+def test_gumbel_argmax_matches_sample_indices_and_sample_index(emu):
+    rng = np.random.default_rng(77)
+    lg = rng.standard_normal((60, 128)) * 4
+    noise = rec.gumbel_noise(lg.size, rng).reshape(lg.shape)
+    offsets = np.arange(0, lg.size + 1, 128, dtype=np.int64)
+    got = emu.gumbel_argmax(lg.reshape(-1), noise.reshape(-1), offsets)
+    assert np.array_equal(got, rec.sample_indices(lg, gumbel=noise, backend="cpu"))
+    k = 2**20 + 3
+    one = rng.standard_normal(k)
+    g = rec.gumbel_noise(k, rng)
+    expected = rec.sample_index(one, gumbel=g, backend="cpu")
+    assert emu.gumbel_argmax(one, g, np.array([0, k], dtype=np.int64)).tolist() == [expected]
+
+
 def test_gumbel_argmax_rejects_bad_offsets(emu):
     x = np.zeros(6)
     for bad in ([1, 3, 6], [0, 3, 3, 6], [0, 4, 3, 6], [0, 3, 5], [0, 3, 7], [0]):
@@ -341,6 +523,79 @@ def test_norm_stats_nan_and_inf(emu, rng, dtype):
     for divisor in (0.0, -1.0, np.inf, np.nan):
         with pytest.raises(ValueError, match="divisor"):
             emu.norm_stats(zeros, divisor)
+
+
+def _norm_threads(n: int) -> int:
+    """gpu::norm_threads: 256 elements or more per thread, at most 2**16 threads."""
+    return min(_ceil_div(n, 256), 1 << 16)
+
+
+def _norm_sumsq_in_kernel_order(x: np.ndarray, divisor: float) -> float:
+    """The sum of squares added in the kernels' order: thread t sums elements t, t + T, ...;
+    then 32 partial sums per thread and level, each from 0.0, until one is left."""
+    w = x.astype(np.float64) / divisor
+    n, threads = w.size, _norm_threads(w.size)
+    sums = np.zeros(threads)
+    for j in range(0, n, threads):
+        step = w[j : j + threads]
+        sums[: step.size] += step * step
+    while True:
+        rows = sums.size
+        padded = np.zeros(_ceil_div(rows, 32) * 32)  # + 0.0 leaves a sum of squares unchanged
+        padded[:rows] = sums
+        blocks = padded.reshape(-1, 32)
+        sums = np.zeros(blocks.shape[0])
+        for c in range(32):
+            sums = sums + blocks[:, c]
+        if rows <= 32:
+            return float(sums[0])
+
+
+@pytest.mark.parametrize("n", [1, 257, 8192, 8193, 2**20, 2**20 + 3])
+def test_norm_stats_sum_order_and_levels(emu, rng, n):
+    # 2**20 elements: 4096 threads, reduced in three levels (128, 4, 1 pairs).
+    x = rng.standard_normal(n) * 3
+    for divisor in (1.0, 0.3):
+        sumsq, maxabs = emu.norm_stats(x, divisor)
+        assert sumsq == _norm_sumsq_in_kernel_order(x, divisor)
+        assert maxabs == np.max(np.abs(x))
+
+
+def test_norm_stats_nan_in_any_thread_and_level(emu, rng):
+    n = 2**20 + 3
+    threads = _norm_threads(n)
+    assert threads == 4097 and _reduce_levels(threads) == 3  # 129, 5 and 1 pairs
+    x = rng.standard_normal(n)
+    # Threads at the ends of level-1 rows (31, 32), level-2 rows (1023, 1024), the last
+    # thread, and the last element; each as the thread's first and as a later element.
+    thread_ends = (0, 31, 32, 1023, 1024, 4095, threads - 1)
+    for pos in sorted({n - 1, *thread_ends, *(t + 7 * threads for t in thread_ends)}):
+        y = x.copy()
+        y[pos] = np.nan
+        sumsq, maxabs = emu.norm_stats(y, 1.0)
+        assert np.isnan(maxabs) and np.isnan(sumsq), pos
+        y[(pos + threads // 2) % n] = np.inf  # NaN wins wherever the inf is
+        assert np.isnan(emu.norm_stats(y, 1.0)[1]), pos
+    for pos in (0, 4096, n // 2, n - 1):
+        y = x.copy()
+        y[pos] = -np.inf
+        assert emu.norm_stats(y, 1.0) == (np.inf, np.inf), pos
+        y[pos] = -1e6
+        assert emu.norm_stats(y, 1.0)[1] == 1e6, pos
+
+
+def test_norm_stats_reports_the_first_threads_nan(emu):
+    # NaN bits are deterministic: the lowest thread that met a NaN wins, and within a
+    # thread its last NaN (the per-thread scan keeps replacing NaN with NaN).
+    n = 2**20
+    threads = _norm_threads(n)
+    payload = [np.array([0x7FF8000000000000 + k], dtype=np.uint64).view(np.float64)[0] for k in range(1, 4)]
+    x = np.ones(n)
+    x[3000] = payload[0]  # thread 3000
+    x[40 + 5 * threads] = payload[1]  # thread 40, later in memory
+    x[40 + 9 * threads] = payload[2]  # thread 40, later still
+    maxabs = emu.norm_stats(x, 1.0)[1]
+    assert np.array([maxabs]).view(np.uint64)[0] == 0x7FF8000000000003
 
 
 # ---------------------------------------------------------------------------------------

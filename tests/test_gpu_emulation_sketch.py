@@ -4,7 +4,9 @@ csrc/cuda/sketch_bodies.h holds the bodies of the GPU encode (pairs, fold) and d
 (mean, median) kernels; csrc/python/bind_emulation_sketch.cpp runs them thread by thread
 with the batch plan of sketch_launch.cu, and emulates CUB's stable radix sort with
 std::stable_sort on the same keys. These tests hold that to the CPU kernels bit for bit,
-including the batching (many small batches via ``max_pairs``), accumulation into an
+including the batching (many small batches via ``max_pairs``), both folds (one thread per
+run, and one warp per cell for long runs, forced either way via ``cell_fold_min_run``), the
+degenerate shapes (a handful of columns, tens of rows, long rows), accumulation into an
 existing table, mixed input / table dtypes and signed zeros in the median.
 """
 
@@ -44,12 +46,14 @@ def _cpu_encode(core, x, seed, group, rows, cols, scale, table):
     return t
 
 
-def _emu_encode(emu, x, seed, group, rows, cols, scale, table, max_pairs=None):
+def _emu_encode(emu, x, seed, group, rows, cols, scale, table, max_pairs=None, cell_fold_min_run=None):
     t = table.copy()
-    if max_pairs is None:
-        emu.count_sketch_encode(x, seed, group, rows, cols, scale, t.reshape(-1))
-    else:
-        emu.count_sketch_encode(x, seed, group, rows, cols, scale, t.reshape(-1), max_pairs)
+    kwargs = {}
+    if max_pairs is not None:
+        kwargs["max_pairs"] = max_pairs
+    if cell_fold_min_run is not None:
+        kwargs["cell_fold_min_run"] = cell_fold_min_run
+    emu.count_sketch_encode(x, seed, group, rows, cols, scale, t.reshape(-1), **kwargs)
     return t
 
 
@@ -110,16 +114,117 @@ def test_encode_plan_bounds_the_scratch(emu):
         (100, 4, (1 << 32) - 1),
         (5, 1 << 16, 3),
         (1 << 23, 3, (1 << 32) - 1),
+        ((1 << 23) + 5, 40, 1),
+        (1 << 24, 100, 64),
+        (100, 7, (1 << 31) + 1),  # one row per batch: 33 key bits otherwise
+        (1 << 20, 1 << 14, 1 << 20),
     ]:
         p = emu.count_sketch_encode_plan(dim, rows, cols)
+        bucket_bits = (cols - 1).bit_length()
         assert p["chunk"] % 4 == 0 and p["chunk"] >= min(dim, 4)
         assert p["chunk"] <= 1 << 23 and p["max_pairs"] <= 1 << 23  # kSketchMaxPairs
         assert 1 <= p["row_batch"] <= rows
-        assert p["row_batch"] * cols <= 1 << 32  # 32-bit keys
+        assert p["row_batch"] << bucket_bits <= 1 << 32  # 32-bit keys: local row, then bucket
         assert p["max_pairs"] == p["chunk"] * p["row_batch"]
+        assert p["sort_bits"] == bucket_bits  # the rows are never sorted; cols = 1 not at all
+        assert -(-rows // p["row_batch"]) <= 8  # rows * cols <= 2**34: at most 8 row groups
+        assert p["max_fold_cells"] == max(1, p["max_pairs"] // 1024)
     # small problems go in one batch: every row and element sorted at once
     p = emu.count_sketch_encode_plan(1000, 5, 64)
-    assert p["chunk"] == 1000 and p["row_batch"] == 5
+    assert p["chunk"] == 1000 and p["row_batch"] == 5 and p["batches"] == 1
+
+
+@pytest.mark.parametrize(
+    "dim, rows, cols",
+    [
+        ((1 << 23) + 5, 40, 1000),  # was 80 sorts: a full and an 8-element one per row
+        ((1 << 23) + 5, 40, 1),
+        ((1 << 22) + 1, 15, 1 << 16),  # was 15: one row of 2**22 + 4 per sort
+        (1 << 24, 100, 1 << 16),
+        (1 << 20, 100, 1 << 16),  # was 19 sorted bits (8 rows of 2**16 buckets)
+        (1 << 24, 3, 3),
+    ],
+)
+def test_encode_plan_degenerate_shapes_take_few_sorts(emu, dim, rows, cols):
+    """Every row goes into each batch and chunks are balanced: the number of sorts is within
+    one of rows * dim / 2**23, whatever the row length, and the rows add no radix bits."""
+    p = emu.count_sketch_encode_plan(dim, rows, cols)
+    assert p["row_batch"] == rows
+    assert p["batches"] <= -(-rows * dim // (1 << 23)) + 1
+    assert p["sort_bits"] == (cols - 1).bit_length()
+
+
+@pytest.mark.parametrize(
+    "dim, rows, cols, cell_fold",
+    [
+        (1 << 24, 1, 1, True),
+        (1 << 24, 40, 3, True),
+        (1 << 24, 100, 64, True),
+        (1 << 24, 1, 1 << 13, True),  # runs of 1024: the threshold
+        (1 << 24, 1, (1 << 13) + 1, False),
+        (1 << 24, 15, 1 << 16, False),
+        (1000, 5, 1, False),  # short rows: short runs, whatever cols
+    ],
+)
+def test_encode_plan_folds_long_runs_by_cells(emu, dim, rows, cols, cell_fold):
+    assert emu.count_sketch_encode_plan(dim, rows, cols)["cell_fold"] is cell_fold
+
+
+DEGENERATE = [  # (dim, rows, cols): a handful of columns, tens of rows, long rows
+    ((1 << 20) + 3, 1, 1),
+    (1 << 20, 2, 2),
+    ((1 << 20) + 1, 1, 3),
+    (1 << 20, 1, 64),
+    ((1 << 16) + 1, 40, 1),
+    ((1 << 16) + 3, 40, 3),
+    ((1 << 14) + 2, 40, 64),
+    (99_999, 17, 2),
+    (12_345, 33, 3),
+]
+
+
+@pytest.mark.parametrize("dim, rows, cols", DEGENERATE)
+@pytest.mark.parametrize(
+    "x_dtype, t_dtype", [(np.float32, np.float32), (np.float64, np.float64), (np.float64, np.float32)]
+)
+def test_encode_degenerate_shapes_match_cpu(core, emu, dim, rows, cols, x_dtype, t_dtype):
+    """Few columns: long runs, folded one warp per cell, in one batch (the default cap) and
+    in many (a cap of about dim / 5 pairs, so chunks of a few rows' worth), into a zero
+    table and accumulated into a random one (out=); all bit for bit with the CPU."""
+    from dprec.sketch import CountSketch
+
+    rng = np.random.default_rng(dim + rows + cols)
+    cs = CountSketch(dim, rows, cols, seed=int(rng.integers(0, 1 << 63)), group=rows)
+    x = (rng.standard_normal(dim) * 100.0).astype(x_dtype)
+    start = rng.standard_normal(cs.shape).astype(t_dtype)
+    want_zero = cs.encode(x, out=np.zeros(cs.shape, t_dtype), backend="cpu")
+    want_acc = cs.encode(x, out=start.copy(), backend="cpu")
+    small_cap = max(4, rows * dim // 5)
+    assert emu.count_sketch_encode_plan(dim, rows, cols, small_cap)["batches"] >= 5
+    for max_pairs in (None, small_cap):
+        zero = np.zeros(cs.shape, t_dtype)
+        got_zero = _emu_encode(emu, x, cs.seed, cs.group, rows, cols, cs.scale, zero, max_pairs)
+        got_acc = _emu_encode(emu, x, cs.seed, cs.group, rows, cols, cs.scale, start, max_pairs)
+        assert _same_bits(got_zero, want_zero), max_pairs
+        assert _same_bits(got_acc, want_acc), max_pairs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_encode_both_folds_match_cpu(core, emu, dtype):
+    """The same batches folded one thread per run and one warp per cell (forced through
+    cell_fold_min_run): cells without pairs, runs of every length around the 256-pair tile,
+    one batch or many."""
+    rng = np.random.default_rng(18)
+    cases = [(d, 1, 1) for d in (1, 2, 5, 255, 256, 257, 511, 512, 513, 1000)]
+    cases += [(13, 7, 1000), (4097, 3, 7), (1001, 16, 33), (777, 2, 2), (3000, 40, 3), (64, 5, 100)]
+    for dim, rows, cols in cases:
+        x = rng.standard_normal(dim).astype(dtype)
+        table = rng.standard_normal((rows, cols)).astype(dtype)
+        want = _cpu_encode(core, x, 21, 4, rows, cols, 1.0 / rows, table)
+        for max_pairs in (None, 100, 1000):
+            for min_run in (1, 3, 1 << 31):
+                got = _emu_encode(emu, x, 21, 4, rows, cols, 1.0 / rows, table, max_pairs, min_run)
+                assert _same_bits(got, want), (dim, rows, cols, max_pairs, min_run)
 
 
 def test_encode_mixed_dtypes_convert_first(core, emu):
@@ -226,6 +331,10 @@ def test_bad_input(emu):
         emu.count_sketch_encode(x, 1, 0, 2, 3, float("nan"), t)
     with pytest.raises(ValueError, match="max_pairs"):
         emu.count_sketch_encode(x, 1, 0, 2, 3, 1.0, t, 0)
+    with pytest.raises(ValueError, match="cell_fold_min_run"):
+        emu.count_sketch_encode(x, 1, 0, 2, 3, 1.0, t, 64, 0)
+    with pytest.raises(ValueError, match="cell_fold_min_run"):
+        emu.count_sketch_encode_plan(8, 2, 3, 64, (1 << 31) + 1)
     with pytest.raises(TypeError, match="table"):
         emu.count_sketch_encode(x, 1, 0, 2, 3, 1.0, np.zeros(6, np.int32))
     with pytest.raises(TypeError, match="x"):

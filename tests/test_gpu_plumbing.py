@@ -75,7 +75,7 @@ def test_fake_is_installed_as_the_cuda_backend(fake_cuda):
 
 
 def test_fake_checks_every_pointer_and_its_extent(fake_cuda):
-    buf = fake_cuda.DeviceBuffer(0, 40)  # ten float32
+    buf = fake_cuda.DeviceBuffer(0, 0, 40)  # ten float32, legacy default stream
     host = np.zeros(8, np.float32)
     assert fake_cuda.pointer_device(buf.ptr) == 0 and fake_cuda.pointer_device(buf.ptr + 39) == 0
     assert fake_cuda.pointer_device(host.ctypes.data) == -1
@@ -117,6 +117,8 @@ def test_fake_records_calls_and_copies(fake_cuda):
         "copy_to_host",
     ]
     assert fake_cuda.kernel_streams() == {77}
+    # allocated (and freed) in stream order on the array's own stream
+    assert [c.args for c in fake_cuda.calls if c.name == "DeviceBuffer"] == [(48, 77)]
     with pytest.raises(ValueError, match="not CUDA device memory"):
         fake_cuda.copy_to_host(0, 0, a.ptr, np.empty(7))  # one float64 more than allocated
 

@@ -151,7 +151,7 @@ def test_rotation_gpu_errors(fake_cuda: FakeCuda):
 
 def test_binding_layer_checks(fake_cuda: FakeCuda):
     """The fake mirrors bind_cuda_hadamard.cpp's checks (so plumbing bugs fail loudly)."""
-    buf = fake_cuda.DeviceBuffer(0, 64)  # sixteen float32
+    buf = fake_cuda.DeviceBuffer(0, 0, 64)  # sixteen float32, legacy default stream
     with pytest.raises(ValueError, match="power of two"):
         fake_cuda.fwht(0, 0, buf.ptr, buf.ptr, "float32", 1, 12, True)
     with pytest.raises(ValueError, match="not CUDA device memory"):  # 2 x 16 floats in 64 bytes

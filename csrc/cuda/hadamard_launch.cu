@@ -3,16 +3,16 @@
 // order. Nothing here synchronises.
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <stdexcept>
 
 #include "cuda_check.h"
 #include "hadamard_kernels.cuh"
 #include "hadamard_launch.h"
+#include "launch_util.h"
 
 namespace dprec::cuda {
 namespace {
-
-cudaStream_t as_stream(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
 
 // Dynamic shared memory above the 48 KiB default would need an opt-in; the buffers are
 // sized to stay below it on every architecture built.
@@ -26,29 +26,21 @@ void run(gpu::FwhtJob job, int device, Stream stream, const T* src, T* dst, uint
     if (rows == 0) return;
     DeviceGuard guard(device);
     const cudaStream_t s = as_stream(stream);
-    T* work = nullptr;
     const uint64_t n = uint64_t(1) << log2n;
-    if (gpu::fwht_needs_work<T>(job, log2n, dim, repeats))
-        check(cudaMallocAsync(reinterpret_cast<void**>(&work), rows * n * sizeof(T), s), "cudaMallocAsync (fwht work)");
+    std::unique_ptr<Scratch> work;
+    if (gpu::fwht_needs_work<T>(job, log2n, dim, repeats)) work = std::make_unique<Scratch>(rows * n * sizeof(T), s);
     auto pointer = [&](gpu::FwhtBuffer b) -> T* {
         if (b == gpu::FwhtBuffer::kInput) return const_cast<T*>(src);  // only ever read
-        return b == gpu::FwhtBuffer::kOutput ? dst : work;
+        return b == gpu::FwhtBuffer::kOutput ? dst : work->as<T>();
     };
-    try {
-        gpu::fwht_schedule<T>(job, rows, log2n, dim, normalize, seed, group, repeats,
-                              [&](const gpu::FwhtPass& p, gpu::FwhtBuffer from, gpu::FwhtBuffer to) {
-                                  if (p.n_blocks > 0x7fffffffu)
-                                      throw std::invalid_argument("fwht: too many rows for one CUDA grid");
-                                  kernels::fwht_pass<T>
-                                      <<<static_cast<unsigned>(p.n_blocks), gpu::fwht_threads<T>(),
-                                         gpu::fwht_smem_bytes<T>(), s>>>(p, pointer(from), pointer(to));
-                                  check(cudaGetLastError(), "fwht_pass");
-                              });
-    } catch (...) {
-        if (work) cudaFreeAsync(work, s);
-        throw;
-    }
-    if (work) check(cudaFreeAsync(work, s), "cudaFreeAsync (fwht work)");
+    gpu::fwht_schedule<T>(job, rows, log2n, dim, normalize, seed, group, repeats,
+                          [&](const gpu::FwhtPass& p, gpu::FwhtBuffer from, gpu::FwhtBuffer to) {
+                              if (p.n_blocks > 0x7fffffffu)
+                                  throw std::invalid_argument("fwht: too many rows for one CUDA grid");
+                              kernels::fwht_pass<T><<<static_cast<unsigned>(p.n_blocks), gpu::fwht_threads<T>(),
+                                                      gpu::fwht_smem_bytes<T>(), s>>>(p, pointer(from), pointer(to));
+                              check_launch("fwht_pass");
+                          });
 }
 
 }  // namespace
@@ -71,5 +63,10 @@ template void randomized_hadamard<float>(int, Stream, const float*, float*, uint
                                          uint32_t, uint64_t, bool);
 template void randomized_hadamard<double>(int, Stream, const double*, double*, uint64_t, uint64_t, int, uint64_t,
                                           uint32_t, uint64_t, bool);
+
+void preload_hadamard_kernels() {
+    preload_kernel(kernels::fwht_pass<float>, "fwht_pass<float>");
+    preload_kernel(kernels::fwht_pass<double>, "fwht_pass<double>");
+}
 
 }  // namespace dprec::cuda

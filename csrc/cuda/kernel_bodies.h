@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "../common/macros.h"
 #include "../common/normal_transform.h"
@@ -170,23 +171,123 @@ DPREC_INLINE void reduce_rows_thread(uint64_t t, const double* in, uint64_t rows
 
 // ---------------------------------------------------------------------------------------
 // Categorical sampling: argmax_k (logits[k] + gumbel[k]) of group g, whose K_g entries are
-// [offsets[g], offsets[g+1]); the first index wins ties, as on the CPU.
+// [offsets[g], offsets[g+1]), with the CPU's answer (cpu::gumbel_argmax, a scan from the
+// group's first element that moves on strictly greater values): the largest value, the
+// first index on ties; NaN sums are never chosen, except a NaN first element, which the
+// scan never leaves. That rule is a maximum under a total order on (value, index), so any
+// fixed split of the work gives the CPU's index.
+//
+// The reduction runs in levels. A group's items at level 0 are its elements; at level
+// l + 1 they are the (value, index) winners of its level-l threads. At every level group
+// g with n items gets ceil(n / kArgmaxItemsPerThread) threads, and thread j of the group
+// takes items j, j + T, j + 2T, ... (T = the group's thread count): consecutive threads
+// read consecutive addresses, and no thread straddles a group boundary. Levels continue
+// until every group has one thread, so hundreds of small groups take one level and one
+// group of K = 2^24 takes three (2^16, 2^8 and 1 threads).
 // ---------------------------------------------------------------------------------------
 
-DPREC_INLINE void gumbel_argmax_thread(uint64_t g, const double* logits, const double* gumbel,
-                                          const int64_t* offsets, int64_t* out) {
-    const int64_t first = offsets[g];
-    const int64_t last = offsets[g + 1];
-    int64_t best = 0;
+constexpr uint64_t kArgmaxItemsPerThread = 256;
+
+// Level l reads group g's items [item_offsets(l)[g], item_offsets(l)[g + 1]) and runs its
+// threads [thread_offsets(l)[g], thread_offsets(l)[g + 1]); thread_offsets(l) is
+// item_offsets(l + 1). Built on the host from the group offsets alone.
+struct ArgmaxPlan {
+    uint64_t n_groups = 0;
+    std::vector<int64_t> offsets;  // n_levels() + 1 rows of n_groups + 1 offsets; row 0 = the groups
+
+    uint64_t n_levels() const { return offsets.size() / (n_groups + 1) - 1; }
+    const int64_t* item_offsets(uint64_t level) const { return offsets.data() + level * (n_groups + 1); }
+    const int64_t* thread_offsets(uint64_t level) const { return item_offsets(level + 1); }
+    uint64_t n_threads(uint64_t level) const { return static_cast<uint64_t>(thread_offsets(level)[n_groups]); }
+};
+
+// `group_offsets` (n_groups + 1 entries) must start at 0 and increase strictly. Host only
+// (internal linkage, like DPREC_INLINE: see common/macros.h).
+static inline ArgmaxPlan make_argmax_plan(const int64_t* group_offsets, uint64_t n_groups) {
+    ArgmaxPlan plan;
+    plan.n_groups = n_groups;
+    plan.offsets.assign(group_offsets, group_offsets + n_groups + 1);
+    std::vector<int64_t> next(static_cast<size_t>(n_groups + 1));
+    for (;;) {
+        const int64_t* items = plan.offsets.data() + (plan.offsets.size() - (n_groups + 1));
+        bool one_each = true;
+        next[0] = 0;
+        for (uint64_t g = 0; g < n_groups; ++g) {
+            const uint64_t threads = ceil_div(static_cast<uint64_t>(items[g + 1] - items[g]), kArgmaxItemsPerThread);
+            one_each = one_each && threads == 1;
+            next[g + 1] = next[g] + static_cast<int64_t>(threads);
+        }
+        plan.offsets.insert(plan.offsets.end(), next.begin(), next.end());
+        if (one_each) return plan;
+    }
+}
+
+// The group that thread t of a level belongs to: the g with offsets[g] <= t < offsets[g + 1]
+// (every group has at least one thread, so the g is unique).
+DPREC_INLINE uint64_t argmax_group_of(uint64_t t, const int64_t* thread_offsets, uint64_t n_groups) {
+    uint64_t lo = 0;
+    uint64_t hi = n_groups;  // thread_offsets[lo] <= t < thread_offsets[hi]
+    while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (static_cast<uint64_t>(thread_offsets[mid]) <= t)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// Level 0: the winner among the thread's elements, as a flat index into logits.
+// `best_values` may be null on the last level (every group has at most 256 elements).
+DPREC_INLINE void gumbel_argmax_first_level_thread(uint64_t t, const double* logits, const double* gumbel,
+                                                   const int64_t* item_offsets, const int64_t* thread_offsets,
+                                                   uint64_t n_groups, double* best_values, int64_t* best_indices) {
+    const uint64_t g = argmax_group_of(t, thread_offsets, n_groups);
+    const int64_t stride = thread_offsets[g + 1] - thread_offsets[g];
+    const int64_t first = item_offsets[g] + (static_cast<int64_t>(t) - thread_offsets[g]);
+    const int64_t end = item_offsets[g + 1];
+    int64_t best = first;
     double best_value = logits[first] + gumbel[first];
-    for (int64_t i = first + 1; i < last; ++i) {
+    // Only the group's first element may stay a NaN winner (the CPU's scan starts there).
+    // Elsewhere a NaN start becomes -inf at its own index: it is never chosen, because it
+    // could only win a tie at -inf, which the group's first element (-inf or larger, index
+    // smaller) wins.
+    if (best_value != best_value && first != item_offsets[g]) best_value = -HUGE_VAL;
+    for (int64_t i = first + stride; i < end; i += stride) {
         const double v = logits[i] + gumbel[i];
-        if (v > best_value) {
+        if (v > best_value) {  // increasing indices: on a tie the earlier one stays
             best_value = v;
-            best = i - first;
+            best = i;
         }
     }
-    out[g] = best;
+    if (best_values != nullptr) best_values[t] = best_value;
+    best_indices[t] = best;
+}
+
+// Levels 1, 2, ...: the winner among the thread's (value, index) items. Item indices no
+// longer increase along the stride, so ties compare indices. Only a group's item 0 can
+// hold a NaN (its first element's), and it is the first item of the group's thread 0,
+// which nothing replaces (comparisons with NaN are false). `best_values` may be null on
+// the last level.
+DPREC_INLINE void gumbel_argmax_next_level_thread(uint64_t t, const double* values, const int64_t* indices,
+                                                  const int64_t* item_offsets, const int64_t* thread_offsets,
+                                                  uint64_t n_groups, double* best_values, int64_t* best_indices) {
+    const uint64_t g = argmax_group_of(t, thread_offsets, n_groups);
+    const int64_t stride = thread_offsets[g + 1] - thread_offsets[g];
+    const int64_t first = item_offsets[g] + (static_cast<int64_t>(t) - thread_offsets[g]);
+    const int64_t end = item_offsets[g + 1];
+    int64_t best = indices[first];
+    double best_value = values[first];
+    for (int64_t p = first + stride; p < end; p += stride) {
+        const double v = values[p];
+        const int64_t i = indices[p];
+        if (v > best_value || (v == best_value && i < best)) {
+            best_value = v;
+            best = i;
+        }
+    }
+    if (best_values != nullptr) best_values[t] = best_value;
+    best_indices[t] = best;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -234,7 +335,9 @@ DPREC_INLINE void accumulate_f64_thread(uint64_t t, double* out, float* out_f32,
 // ---------------------------------------------------------------------------------------
 // Norm statistics for the codec's global clip: thread t of T sums (x[i] / divisor)^2
 // over i = t, t + T, t + 2T, ... (coalesced) in float64 and takes max |x[i]|, with NaN
-// winning over everything so that a NaN anywhere is reported.
+// winning over everything so that a NaN anywhere is reported. The per-thread pairs are
+// stored interleaved, stats[2t] = sum, stats[2t + 1] = max, and reduced in levels of
+// kReduceRows pairs per thread (reduce_norm_rows_thread) until one pair is left.
 // ---------------------------------------------------------------------------------------
 
 constexpr uint64_t kNormThreadsMax = uint64_t(1) << 16;
@@ -247,7 +350,7 @@ DPREC_INLINE uint64_t norm_threads(uint64_t n) {
 
 template <class T>
 DPREC_INLINE void norm_stats_thread(uint64_t t, uint64_t n_threads, const T* x, uint64_t n, double divisor,
-                                       double* sumsq, double* maxabs) {
+                                    double* stats) {
     double s = 0.0;
     double m = 0.0;
     for (uint64_t i = t; i < n; i += n_threads) {
@@ -260,18 +363,25 @@ DPREC_INLINE void norm_stats_thread(uint64_t t, uint64_t n_threads, const T* x, 
         const double w = v / divisor;  // divisor = max |x| when rescaling: exact for powers of two, no overflow
         s += w * w;
     }
-    sumsq[t] = s;
-    maxabs[t] = m;
+    stats[2 * t] = s;
+    stats[2 * t + 1] = m;
 }
 
-// Column max with NaN propagation (second stage of norm_stats, one thread).
-DPREC_INLINE double max_abs_reduce(const double* m, uint64_t n) {
-    double r = 0.0;
-    for (uint64_t i = 0; i < n; ++i) {
-        if (m[i] != m[i]) return m[i];
-        if (m[i] > r) r = m[i];
+// One reduction level of the (sum, max) pairs: out pair t combines in pairs
+// [t R, min(rows, t R + R)) in order, R = kReduceRows. The sums add in the order of
+// reduce_rows_thread; the maxima keep the first NaN met, so a NaN anywhere is the result.
+DPREC_INLINE void reduce_norm_rows_thread(uint64_t t, const double* in, uint64_t rows, double* out) {
+    const uint64_t r0 = t * kReduceRows;
+    const uint64_t r1 = r0 + kReduceRows < rows ? r0 + kReduceRows : rows;
+    double sum = 0.0;
+    double max = 0.0;
+    for (uint64_t r = r0; r < r1; ++r) {
+        sum += in[2 * r];
+        const double m = in[2 * r + 1];
+        if (max == max && (m != m || m > max)) max = m;  // once a NaN, always that NaN
     }
-    return r;
+    out[2 * t] = sum;
+    out[2 * t + 1] = max;
 }
 
 // ---------------------------------------------------------------------------------------

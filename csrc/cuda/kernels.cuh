@@ -42,10 +42,25 @@ __global__ void reduce_rows(uint64_t n_threads, const double* __restrict__ in, u
     if (t < n_threads) gpu::reduce_rows_thread(t, in, rows, cols, factor, out);
 }
 
-__global__ void gumbel_argmax(uint64_t n_groups, const double* logits, const double* gumbel, const int64_t* offsets,
-                              int64_t* out) {
-    const uint64_t g = thread_id();
-    if (g < n_groups) gpu::gumbel_argmax_thread(g, logits, gumbel, offsets, out);
+__global__ void gumbel_argmax_first_level(uint64_t n_threads, const double* __restrict__ logits,
+                                          const double* __restrict__ gumbel, const int64_t* __restrict__ item_offsets,
+                                          const int64_t* __restrict__ thread_offsets, uint64_t n_groups,
+                                          double* __restrict__ best_values, int64_t* __restrict__ best_indices) {
+    const uint64_t t = thread_id();
+    if (t < n_threads)
+        gpu::gumbel_argmax_first_level_thread(t, logits, gumbel, item_offsets, thread_offsets, n_groups, best_values,
+                                              best_indices);
+}
+
+__global__ void gumbel_argmax_next_level(uint64_t n_threads, const double* __restrict__ values,
+                                         const int64_t* __restrict__ indices,
+                                         const int64_t* __restrict__ item_offsets,
+                                         const int64_t* __restrict__ thread_offsets, uint64_t n_groups,
+                                         double* __restrict__ best_values, int64_t* __restrict__ best_indices) {
+    const uint64_t t = thread_id();
+    if (t < n_threads)
+        gpu::gumbel_argmax_next_level_thread(t, values, indices, item_offsets, thread_offsets, n_groups, best_values,
+                                             best_indices);
 }
 
 __global__ void accumulate_f32(uint64_t n_threads, float* out, uint64_t d, uint32_t group, const uint64_t* seeds,
@@ -62,19 +77,21 @@ __global__ void accumulate_f64(uint64_t n_threads, double* out, float* out_f32, 
 }
 
 template <class T>
-__global__ void norm_stats(uint64_t n_threads, const T* __restrict__ x, uint64_t n, double divisor, double* sumsq,
-                           double* maxabs) {
+__global__ void norm_stats(uint64_t n_threads, const T* __restrict__ x, uint64_t n, double divisor,
+                           double* __restrict__ stats) {
     const uint64_t t = thread_id();
-    if (t < n_threads) gpu::norm_stats_thread(t, n_threads, x, n, divisor, sumsq, maxabs);
+    if (t < n_threads) gpu::norm_stats_thread(t, n_threads, x, n, divisor, stats);
+}
+
+__global__ void reduce_norm_rows(uint64_t n_threads, const double* __restrict__ in, uint64_t rows,
+                                 double* __restrict__ out) {
+    const uint64_t t = thread_id();
+    if (t < n_threads) gpu::reduce_norm_rows_thread(t, in, rows, out);
 }
 
 __global__ void scale_f64(uint64_t n, const double* src, double factor, double* dst) {
     const uint64_t i = thread_id();
     if (i < n) gpu::scale_f64_thread(i, src, factor, dst);
-}
-
-__global__ void max_abs_reduce(const double* m, uint64_t n, double* out) {
-    if (thread_id() == 0) *out = gpu::max_abs_reduce(m, n);
 }
 
 __global__ void to_float32(uint64_t n, const void* src, int type, float* dst) {

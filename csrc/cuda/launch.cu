@@ -98,15 +98,38 @@ void gumbel_argmax(int device, Stream stream, const double* logits, const double
     DeviceGuard guard(device);
     const cudaStream_t s = as_stream(stream);
     const uint64_t n = static_cast<uint64_t>(offsets_host[n_groups]);
+    const gpu::ArgmaxPlan plan = gpu::make_argmax_plan(offsets_host, n_groups);
     Scratch gumbel = upload(gumbel_host, n, s);
-    Scratch offsets = upload(offsets_host, n_groups + 1, s);
-    Scratch result(n_groups * sizeof(int64_t), s);
-    kernels::gumbel_argmax<<<grid_for(n_groups, kThreads), kThreads, 0, s>>>(
-        n_groups, logits, gumbel.as<double>(), offsets.as<int64_t>(), result.as<int64_t>());
-    check_launch("gumbel_argmax");
-    check(cudaMemcpyAsync(out_host, result.as<int64_t>(), n_groups * sizeof(int64_t), cudaMemcpyDeviceToHost, s),
+    Scratch plan_offsets = upload(plan.offsets.data(), plan.offsets.size(), s);
+    const int64_t* level_offsets = plan_offsets.as<int64_t>();
+    // Each level's (value, flat index) winners; the last level's values are not needed.
+    std::vector<Scratch> values;
+    std::vector<Scratch> indices;
+    for (uint64_t level = 0; level < plan.n_levels(); ++level) {
+        const uint64_t threads = plan.n_threads(level);
+        const bool last = level + 1 == plan.n_levels();
+        const int64_t* items = level_offsets + level * (n_groups + 1);
+        const int64_t* thread_offsets = items + (n_groups + 1);
+        if (!last) values.emplace_back(threads * sizeof(double), s);
+        indices.emplace_back(threads * sizeof(int64_t), s);
+        double* best_values = last ? nullptr : values.back().as<double>();
+        int64_t* best_indices = indices.back().as<int64_t>();
+        if (level == 0) {
+            kernels::gumbel_argmax_first_level<<<grid_for(threads, kThreads), kThreads, 0, s>>>(
+                threads, logits, gumbel.as<double>(), items, thread_offsets, n_groups, best_values, best_indices);
+            check_launch("gumbel_argmax_first_level");
+        } else {
+            kernels::gumbel_argmax_next_level<<<grid_for(threads, kThreads), kThreads, 0, s>>>(
+                threads, values[level - 1].as<double>(), indices[level - 1].as<int64_t>(), items, thread_offsets,
+                n_groups, best_values, best_indices);
+            check_launch("gumbel_argmax_next_level");
+        }
+    }
+    check(cudaMemcpyAsync(out_host, indices.back().as<int64_t>(), n_groups * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                          s),
           "cudaMemcpyAsync (indices)");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    for (uint64_t g = 0; g < n_groups; ++g) out_host[g] -= offsets_host[g];  // flat index -> index in the group
 }
 
 namespace {
@@ -163,17 +186,34 @@ void aggregate_f32(int device, Stream stream, float* out_f32, uint64_t d, uint32
 }
 
 namespace {
+// The (sum, max) pairs of stats (rows of 2) reduced level by level into out[0], out[1].
+void reduce_norm_stats(const double* stats, uint64_t rows, double* out, cudaStream_t stream) {
+    if (rows == 0) throw std::invalid_argument("reduce_norm_stats: no partial statistics");
+    std::vector<Scratch> levels;
+    const double* in = stats;
+    for (;;) {
+        const uint64_t out_rows = gpu::ceil_div(rows, gpu::kReduceRows);
+        double* dst = out;
+        if (out_rows > 1) {
+            levels.emplace_back(2 * out_rows * sizeof(double), stream);
+            dst = levels.back().as<double>();
+        }
+        kernels::reduce_norm_rows<<<grid_for(out_rows, kThreads), kThreads, 0, stream>>>(out_rows, in, rows, dst);
+        check_launch("reduce_norm_rows");
+        if (out_rows == 1) break;
+        in = dst;
+        rows = out_rows;
+    }
+}
+
 template <class T>
 void norm_stats_one(const T* x, uint64_t n, double divisor, double* result, cudaStream_t s) {
     const uint64_t threads = gpu::norm_threads(n);
-    Scratch sums(threads * sizeof(double), s);
-    Scratch maxs(threads * sizeof(double), s);
-    kernels::norm_stats<T><<<grid_for(threads, kThreads), kThreads, 0, s>>>(threads, x, n, divisor, sums.as<double>(),
-                                                                           maxs.as<double>());
+    Scratch stats(2 * threads * sizeof(double), s);
+    kernels::norm_stats<T><<<grid_for(threads, kThreads), kThreads, 0, s>>>(threads, x, n, divisor,
+                                                                           stats.as<double>());
     check_launch("norm_stats");
-    reduce_columns(sums.as<double>(), threads, 1, 1.0, result, s);
-    kernels::max_abs_reduce<<<1, 1, 0, s>>>(maxs.as<double>(), threads, result + 1);
-    check_launch("max_abs_reduce");
+    reduce_norm_stats(stats.as<double>(), threads, result, s);
 }
 }  // namespace
 
@@ -213,5 +253,23 @@ template void rec_dot_products<float>(int, Stream, const float*, uint64_t, uint6
                                       double*);
 template void rec_dot_products<double>(int, Stream, const double*, uint64_t, uint64_t, uint32_t, uint32_t, double,
                                        double*);
+
+void preload_rec_kernels() {
+    preload_kernel(kernels::stream_normals, "stream_normals");
+    preload_kernel(kernels::stream_words, "stream_words");
+    preload_kernel(kernels::llr<float>, "llr<float>");
+    preload_kernel(kernels::llr<double>, "llr<double>");
+    preload_kernel(kernels::generate_only, "generate_only");
+    preload_kernel(kernels::reduce_rows, "reduce_rows");
+    preload_kernel(kernels::accumulate_f32, "accumulate_f32");
+    preload_kernel(kernels::accumulate_f64, "accumulate_f64");
+    preload_kernel(kernels::norm_stats<float>, "norm_stats<float>");
+    preload_kernel(kernels::norm_stats<double>, "norm_stats<double>");
+    preload_kernel(kernels::scale_f64, "scale_f64");
+    preload_kernel(kernels::to_float32, "to_float32");
+    preload_kernel(kernels::reduce_norm_rows, "reduce_norm_rows");
+    preload_kernel(kernels::gumbel_argmax_first_level, "gumbel_argmax_first_level");
+    preload_kernel(kernels::gumbel_argmax_next_level, "gumbel_argmax_next_level");
+}
 
 }  // namespace dprec::cuda

@@ -3,16 +3,70 @@
 // (a cudaStream_t passed as an integer; 0 is the legacy default stream), enqueues its
 // work asynchronously and returns, unless it says it synchronises. Pointers are device
 // pointers unless named *_host; the binding layer has checked that they are on `device`.
-// Errors throw std::runtime_error with the CUDA message.
+// Errors throw CudaError (OutOfMemory for allocations) with the CUDA message.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace dprec::cuda {
 
 using Stream = uintptr_t;
+
+// -- errors -------------------------------------------------------------------------------
+// Every CUDA failure throws CudaError with the runtime's message; a failed allocation
+// throws OutOfMemory, which the binding layer turns into Python's MemoryError.
+class CudaError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+class OutOfMemory : public CudaError {
+  public:
+    using CudaError::CudaError;
+};
+
+// -- scratch memory (memory.cpp) ----------------------------------------------------------
+// Where the launchers' temporary device memory comes from. The binding layer installs the
+// caller framework's allocator (PyTorch's or CuPy's caching allocator) for one call with
+// ScopedScratchAllocator, so dprec shares the caller's memory pool instead of competing
+// with it; without one, scratch comes from dprec's own stream-ordered pool (below).
+// Scratch is always used on `stream` and returned on it, in stream order: the kernels
+// that use it are already queued there, so the host never waits to free it.
+class ScratchAllocator {
+  public:
+    virtual ~ScratchAllocator() = default;
+    // Throws OutOfMemory (or whatever the framework raises) when it cannot.
+    virtual uintptr_t allocate(int device, Stream stream, size_t bytes) = 0;
+    virtual void deallocate(int device, Stream stream, uintptr_t ptr, size_t bytes) noexcept = 0;
+};
+
+// Makes `allocator` this thread's scratch source for the scope (nullptr: dprec's pool).
+class ScopedScratchAllocator {
+  public:
+    explicit ScopedScratchAllocator(ScratchAllocator* allocator);
+    ~ScopedScratchAllocator();
+    ScopedScratchAllocator(const ScopedScratchAllocator&) = delete;
+    ScopedScratchAllocator& operator=(const ScopedScratchAllocator&) = delete;
+
+  private:
+    ScratchAllocator* previous_;
+};
+
+// Scratch from the thread's current source (used by the launchers through Scratch).
+uintptr_t scratch_allocate(int device, Stream stream, size_t bytes);
+void scratch_deallocate(int device, Stream stream, uintptr_t ptr, size_t bytes) noexcept;
+
+// dprec's own pool, one per device (cudaMemPoolCreate): memory freed in stream order is
+// kept for reuse up to the release threshold and returned to the driver above it at the
+// next synchronisation. The default threshold is min(1 GiB, device memory / 16).
+uintptr_t pool_allocate(int device, Stream stream, size_t bytes);
+void pool_deallocate(int device, Stream stream, uintptr_t ptr) noexcept;
+uint64_t pool_release_threshold(int device);
+void set_pool_release_threshold(int device, uint64_t bytes);
+uint64_t pool_reserved_bytes(int device);  // held by the pool, in use or not
+void pool_trim(int device);                // return every unused byte to the driver now
 
 // -- runtime (device.cpp) -----------------------------------------------------------------
 int device_count();                 // 0 when there is no usable device
@@ -22,8 +76,20 @@ int runtime_version();
 int driver_version();               // 0 without a driver
 // The device that owns `ptr` (device or managed memory), or -1 for host / unknown memory.
 int pointer_device(uintptr_t ptr);
-uintptr_t device_malloc(int device, size_t bytes);
-void device_free(int device, uintptr_t ptr) noexcept;
+// Device memory for dprec's own arrays (dprec.cuda.DeviceArray): from dprec's pool, in
+// stream order on `stream`, so that freeing never synchronises the device.
+uintptr_t device_malloc(int device, Stream stream, size_t bytes);
+void device_free(int device, Stream stream, uintptr_t ptr) noexcept;
+// Why a CUDA toolkit / driver pair cannot work, naming the driver needed ("" if it can).
+std::string driver_mismatch_message(int driver_version, int runtime_version);
+// Loads every dprec kernel on `device` now. Under lazy module loading (CUDA's default) a
+// kernel's first launch loads it, and loading can wait for work already queued on the
+// device; doing it for all kernels at a device's first use confines that wait to the
+// first call. Thread-safe; runs once per device.
+void preload_kernels(int device);
+// The device a stream belongs to; -1 for the special handles (0 legacy default, 1, 2
+// per-thread default), which belong to whichever device is current, or when unknown.
+int stream_device(Stream stream);
 void copy_to_host(int device, Stream stream, uintptr_t src, void* dst_host, size_t bytes);  // synchronises
 void copy_to_device(int device, Stream stream, const void* src_host, uintptr_t dst, size_t bytes);
 void memset_zero(int device, Stream stream, uintptr_t dst, size_t bytes);

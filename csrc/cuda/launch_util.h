@@ -23,16 +23,35 @@ inline unsigned grid_for(uint64_t n_threads, unsigned block) {
 
 inline void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
-// Device memory freed in stream order when it goes out of scope: the kernels that use it
-// are already queued on the same stream, so the host never waits for them.
+// Loads one kernel on the current device now (see preload_kernels in launch.h).
+template <class Kernel>
+void preload_kernel(Kernel* kernel, const char* what) {
+    cudaFuncAttributes attributes{};
+    check(cudaFuncGetAttributes(&attributes, kernel), what);
+}
+
+// Each launcher file loads its own kernels (called by preload_kernels, device.cpp).
+void preload_rec_kernels();
+void preload_hadamard_kernels();
+void preload_sketch_kernels();
+
+// Scratch memory for one launcher call, from the thread's scratch source (launch.h: the
+// caller framework's allocator, or dprec's pool), returned in stream order when it goes out
+// of scope: the kernels that use it are already queued on the same stream, so the host
+// never waits for them. Constructed on the device the DeviceGuard made current.
 class Scratch {
   public:
-    Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-        check(cudaMallocAsync(&ptr_, bytes ? bytes : 1, stream), "cudaMallocAsync (scratch)");
+    Scratch(size_t bytes, cudaStream_t stream) : stream_(stream), bytes_(bytes ? bytes : 1) {
+        check(cudaGetDevice(&device_), "cudaGetDevice");
+        ptr_ = reinterpret_cast<void*>(scratch_allocate(device_, reinterpret_cast<Stream>(stream), bytes_));
     }
-    Scratch(Scratch&& other) noexcept : ptr_(other.ptr_), stream_(other.stream_) { other.ptr_ = nullptr; }
+    Scratch(Scratch&& other) noexcept
+        : ptr_(other.ptr_), stream_(other.stream_), bytes_(other.bytes_), device_(other.device_) {
+        other.ptr_ = nullptr;
+    }
     ~Scratch() {
-        if (ptr_) cudaFreeAsync(ptr_, stream_);
+        if (ptr_)
+            scratch_deallocate(device_, reinterpret_cast<Stream>(stream_), reinterpret_cast<uintptr_t>(ptr_), bytes_);
     }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
@@ -45,6 +64,8 @@ class Scratch {
   private:
     void* ptr_ = nullptr;
     cudaStream_t stream_;
+    size_t bytes_;
+    int device_ = 0;
 };
 
 }  // namespace dprec::cuda

@@ -9,6 +9,7 @@
 
 #include "../cuda/hadamard_launch.h"
 #include "device_pointers.h"
+#include "scratch.h"
 #include "hadamard_checks.h"
 
 namespace py = pybind11;
@@ -35,32 +36,35 @@ void bind_cuda_hadamard(py::module_& m) {
     m.def(
         "fwht",
         [](int device, uintptr_t stream, uintptr_t src, uintptr_t dst, const std::string& dtype, uint64_t rows,
-           uint64_t n, bool normalize) {
-            checked_device(device);
+           uint64_t n, bool normalize, const py::object& scratch) {
+            checked_launch(device, stream);
             const int log2n = fwht_log2(n);
             if (is_double(dtype)) {
                 check_rows(rows, n, sizeof(double));
                 const double* s = device_pointer<double>(src, device, "src");
                 double* d = device_pointer<double>(dst, device, "dst");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::fwht(device, stream, s, d, rows, log2n, normalize);
             } else {
                 check_rows(rows, n, sizeof(float));
                 const float* s = device_pointer<float>(src, device, "src");
                 float* d = device_pointer<float>(dst, device, "dst");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::fwht(device, stream, s, d, rows, log2n, normalize);
             }
         },
         py::arg("device"), py::arg("stream"), py::arg("src"), py::arg("dst"), py::arg("dtype"), py::arg("rows"),
-        py::arg("n"), py::arg("normalize"),
+        py::arg("n"), py::arg("normalize"), py::arg("scratch") = py::none(),
         "dst <- H_n src for rows x n elements (dst may be src), asynchronous on `stream`.");
 
     m.def(
         "randomized_hadamard",
         [](int device, uintptr_t stream, uintptr_t src, uintptr_t dst, const std::string& dtype, uint64_t rows,
-           uint64_t dim, uint64_t n, uint64_t seed, uint32_t group, uint64_t repeats, bool inverse) {
-            checked_device(device);
+           uint64_t dim, uint64_t n, uint64_t seed, uint32_t group, uint64_t repeats, bool inverse,
+           const py::object& scratch) {
+            checked_launch(device, stream);
             const int log2n = fwht_log2(n);
             check_rotation(dim, log2n, repeats);
             if (src == dst) throw py::value_error("src and dst must be different arrays");
@@ -68,18 +72,20 @@ void bind_cuda_hadamard(py::module_& m) {
                 check_rows(rows, n, sizeof(double));
                 const double* s = device_pointer<double>(src, device, "src");
                 double* d = device_pointer<double>(dst, device, "dst");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::randomized_hadamard(device, stream, s, d, rows, dim, log2n, seed, group, repeats, inverse);
             } else {
                 check_rows(rows, n, sizeof(float));
                 const float* s = device_pointer<float>(src, device, "src");
                 float* d = device_pointer<float>(dst, device, "dst");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::randomized_hadamard(device, stream, s, d, rows, dim, log2n, seed, group, repeats, inverse);
             }
         },
         py::arg("device"), py::arg("stream"), py::arg("src"), py::arg("dst"), py::arg("dtype"), py::arg("rows"),
-        py::arg("dim"), py::arg("n"), py::arg("seed"), py::arg("group"), py::arg("repeats"), py::arg("inverse"),
+        py::arg("dim"), py::arg("n"), py::arg("seed"), py::arg("group"), py::arg("repeats"), py::arg("inverse"), py::arg("scratch") = py::none(),
         "Randomized Hadamard rotation: forward rows x dim -> rows x n, inverse rows x n -> rows x dim; asynchronous.");
 }
 

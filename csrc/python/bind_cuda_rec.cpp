@@ -15,6 +15,7 @@
 #include "arrays.h"
 #include "checks.h"
 #include "device_pointers.h"
+#include "scratch.h"
 
 namespace py = pybind11;
 
@@ -50,7 +51,7 @@ void bind_cuda_rec(py::module_& m) {
         "stream_normals",
         [](int device, uintptr_t stream, uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain,
            uint64_t offset, uint64_t count, float scale, uintptr_t out) {
-            checked_device(device);
+            checked_launch(device, stream);
             check_stream_range(offset, count);
             if (count == 0) return;
             float* o = device_pointer<float>(out, device, "out");
@@ -64,7 +65,7 @@ void bind_cuda_rec(py::module_& m) {
         "stream_words",
         [](int device, uintptr_t stream, uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain,
            uint64_t offset, uint64_t count, uintptr_t out) {
-            checked_device(device);
+            checked_launch(device, stream);
             check_stream_range(offset, count);
             if (count == 0) return;
             uint32_t* o = device_pointer<uint32_t>(out, device, "out");
@@ -77,8 +78,8 @@ void bind_cuda_rec(py::module_& m) {
     m.def(
         "rec_dot_products",
         [](int device, uintptr_t stream, uintptr_t phi, const std::string& dtype, uint64_t d, uint64_t seed,
-           uint32_t group, uint64_t n_candidates, double factor, uintptr_t out) {
-            checked_device(device);
+           uint32_t group, uint64_t n_candidates, double factor, uintptr_t out, const py::object& scratch) {
+            checked_launch(device, stream);
             if (d == 0) throw py::value_error("phi must not be empty");
             check_stream_range(0, d);
             check_candidates(n_candidates);
@@ -87,36 +88,41 @@ void bind_cuda_rec(py::module_& m) {
             const auto k = static_cast<uint32_t>(n_candidates);
             if (type == FloatType::kFloat32) {
                 const float* p = device_pointer<float>(phi, device, "phi");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::rec_dot_products(device, stream, p, d, seed, group, k, factor, o);
             } else {
                 const double* p = device_pointer<double>(phi, device, "phi");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::rec_dot_products(device, stream, p, d, seed, group, k, factor, o);
             }
         },
         py::arg("device"), py::arg("stream"), py::arg("phi"), py::arg("dtype"), py::arg("d"), py::arg("seed"),
-        py::arg("group"), py::arg("n_candidates"), py::arg("factor"), py::arg("out"),
+        py::arg("group"), py::arg("n_candidates"), py::arg("factor"), py::arg("out"), py::arg("scratch") = py::none(),
         "out[k] = factor * <z_{group,k}, phi> for k < n_candidates, float64, asynchronous.");
 
     m.def(
         "generate_only",
-        [](int device, uintptr_t stream, uint64_t d, uint64_t seed, uint32_t group, uint64_t n_candidates) {
-            checked_device(device);
+        [](int device, uintptr_t stream, uint64_t d, uint64_t seed, uint32_t group, uint64_t n_candidates,
+           const py::object& scratch) {
+            checked_launch(device, stream);
             if (d == 0) throw py::value_error("d must be at least 1");
             check_stream_range(0, d);
             check_candidates(n_candidates);
-            py::gil_scoped_release release;
+            ScratchScope scope(scratch);
+                py::gil_scoped_release release;
             cuda::generate_only(device, stream, d, seed, group, static_cast<uint32_t>(n_candidates));
         },
         py::arg("device"), py::arg("stream"), py::arg("d"), py::arg("seed"), py::arg("group"),
-        py::arg("n_candidates"),
+        py::arg("n_candidates"), py::arg("scratch") = py::none(),
         "Benchmark anchor: the normals of rec_dot_products, summed and discarded.");
 
     m.def(
         "gumbel_argmax",
-        [](int device, uintptr_t stream, uintptr_t logits, const py::array& gumbel, const py::array& offsets) {
-            checked_device(device);
+        [](int device, uintptr_t stream, uintptr_t logits, const py::array& gumbel, const py::array& offsets,
+           const py::object& scratch) {
+            checked_launch(device, stream);
             const double* g = input<double>(gumbel, "gumbel");
             const int64_t* off = input<int64_t>(offsets, "offsets");
             if (offsets.size() < 2) throw py::value_error("offsets must hold at least one group (2 entries)");
@@ -131,19 +137,21 @@ void bind_cuda_rec(py::module_& m) {
             py::array_t<int64_t> result(static_cast<py::ssize_t>(n_groups));
             int64_t* r = result.mutable_data();
             {
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::gumbel_argmax(device, stream, l, g, off, n_groups, r);
             }
             return result;
         },
-        py::arg("device"), py::arg("stream"), py::arg("logits"), py::arg("gumbel"), py::arg("offsets"),
+        py::arg("device"), py::arg("stream"), py::arg("logits"), py::arg("gumbel"), py::arg("offsets"), py::arg("scratch") = py::none(),
         "argmax_k (logits + gumbel) for each group [offsets[g], offsets[g+1]); synchronises.");
 
     m.def(
         "accumulate",
         [](int device, uintptr_t stream, uintptr_t out, const std::string& dtype, uint64_t d, uint32_t group,
-           const py::array& seeds, const py::array& indices, const py::array& coefs) {
-            checked_device(device);
+           const py::array& seeds, const py::array& indices, const py::array& coefs,
+           const py::object& scratch) {
+            checked_launch(device, stream);
             if (d == 0) throw py::value_error("out must not be empty");
             check_stream_range(0, d);
             check_clients(seeds, indices, coefs);
@@ -153,22 +161,24 @@ void bind_cuda_rec(py::module_& m) {
             const auto n = static_cast<uint64_t>(seeds.size());
             if (float_type(dtype, "out") == FloatType::kFloat32) {
                 float* o = device_pointer<float>(out, device, "out");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::accumulate_f32(device, stream, o, d, group, s, k, c, n);
             } else {
                 double* o = device_pointer<double>(out, device, "out");
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::accumulate_f64(device, stream, o, d, group, s, k, c, n);
             }
         },
         py::arg("device"), py::arg("stream"), py::arg("out"), py::arg("dtype"), py::arg("d"), py::arg("group"),
-        py::arg("seeds"), py::arg("indices"), py::arg("coefs"));
+        py::arg("seeds"), py::arg("indices"), py::arg("coefs"), py::arg("scratch") = py::none());
 
     m.def(
         "aggregate_f32",
         [](int device, uintptr_t stream, uintptr_t out, uint64_t d, uint32_t group, const py::array& seeds,
-           const py::array& indices, const py::array& coefs) {
-            checked_device(device);
+           const py::array& indices, const py::array& coefs, const py::object& scratch) {
+            checked_launch(device, stream);
             if (d == 0) throw py::value_error("out must not be empty");
             check_stream_range(0, d);
             check_clients(seeds, indices, coefs);
@@ -177,18 +187,19 @@ void bind_cuda_rec(py::module_& m) {
             const auto* k = static_cast<const uint32_t*>(indices.data());
             const auto* c = static_cast<const double*>(coefs.data());
             const auto n = static_cast<uint64_t>(seeds.size());
-            py::gil_scoped_release release;
+            ScratchScope scope(scratch);
+                py::gil_scoped_release release;
             cuda::aggregate_f32(device, stream, o, d, group, s, k, c, n);
         },
         py::arg("device"), py::arg("stream"), py::arg("out"), py::arg("d"), py::arg("group"), py::arg("seeds"),
-        py::arg("indices"), py::arg("coefs"),
+        py::arg("indices"), py::arg("coefs"), py::arg("scratch") = py::none(),
         "out = float32(sum_c coefs[c] * z_c) with a float64 sum from zero, in client order.");
 
     m.def(
         "norm_stats",
         [](int device, uintptr_t stream, const std::vector<uintptr_t>& ptrs, const std::vector<std::string>& dtypes,
-           const std::vector<uint64_t>& sizes, double divisor) {
-            checked_device(device);
+           const std::vector<uint64_t>& sizes, double divisor, const py::object& scratch) {
+            checked_launch(device, stream);
             if (ptrs.empty()) throw py::value_error("norm_stats needs at least one array");
             if (dtypes.size() != ptrs.size() || sizes.size() != ptrs.size())
                 throw py::value_error("ptrs, dtypes and sizes must have the same length");
@@ -205,18 +216,19 @@ void bind_cuda_rec(py::module_& m) {
             py::array_t<double> result({static_cast<py::ssize_t>(ptrs.size()), py::ssize_t(2)});
             double* r = result.mutable_data();
             {
+                ScratchScope scope(scratch);
                 py::gil_scoped_release release;
                 cuda::norm_stats(device, stream, inputs.data(), inputs.size(), divisor, r);
             }
             return result;
         },
-        py::arg("device"), py::arg("stream"), py::arg("ptrs"), py::arg("dtypes"), py::arg("sizes"), py::arg("divisor"),
+        py::arg("device"), py::arg("stream"), py::arg("ptrs"), py::arg("dtypes"), py::arg("sizes"), py::arg("divisor"), py::arg("scratch") = py::none(),
         "Per array: (sum of (x / divisor)**2 in float64, max |x| or NaN), shape (n, 2); one synchronisation.");
 
     m.def(
         "scale_f64",
         [](int device, uintptr_t stream, uintptr_t src, uint64_t n, double factor, uintptr_t dst) {
-            checked_device(device);
+            checked_launch(device, stream);
             if (n == 0) return;
             const double* s = device_pointer<double>(src, device, "src");
             double* o = device_pointer<double>(dst, device, "dst");
@@ -228,7 +240,7 @@ void bind_cuda_rec(py::module_& m) {
     m.def(
         "to_float32",
         [](int device, uintptr_t stream, uintptr_t src, const std::string& dtype, uint64_t n, uintptr_t dst) {
-            checked_device(device);
+            checked_launch(device, stream);
             if (n == 0) return;
             float* o = device_pointer<float>(dst, device, "dst");
             cuda::SourceType type;

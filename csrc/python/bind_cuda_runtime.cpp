@@ -1,10 +1,14 @@
 // Devices, device memory owned by dprec, copies and stream synchronisation.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <vector>
 
+#include "../cuda/device_guard.h"
 #include "../cuda/launch.h"
 #include "device_pointers.h"
 
@@ -14,21 +18,47 @@ namespace dprec::bind {
 namespace {
 
 // A device allocation that dprec returns when the caller's framework is unknown (the
-// Python class dprec.cuda.DeviceArray wraps it with __cuda_array_interface__).
+// Python class dprec.cuda.DeviceArray wraps it with __cuda_array_interface__). It comes
+// from dprec's pool in stream order on the stream its contents are produced on, and goes
+// back the same way: freeing never synchronises the device (cudaFree would, with the GIL
+// held), and a consumer on another stream keeps the array alive until its work is done,
+// as with any CUDA framework's arrays.
 class DeviceBuffer {
   public:
-    DeviceBuffer(int device, size_t nbytes) : device_(device), nbytes_(nbytes), ptr_(cuda::device_malloc(device, nbytes)) {}
-    ~DeviceBuffer() { cuda::device_free(device_, ptr_); }
+    DeviceBuffer(int device, cuda::Stream stream, size_t nbytes)
+        : device_(device), stream_(stream), nbytes_(nbytes), ptr_(cuda::device_malloc(device, stream, nbytes)) {}
+    ~DeviceBuffer() { cuda::device_free(device_, stream_, ptr_); }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
     int device() const { return device_; }
+    cuda::Stream stream() const { return stream_; }
     size_t nbytes() const { return nbytes_; }
     uintptr_t ptr() const { return ptr_; }
 
   private:
     int device_;
+    cuda::Stream stream_;
     size_t nbytes_;
     uintptr_t ptr_;
+};
+
+// A recording stand-in for the CUDA runtime, to test DeviceGuard's decisions without a
+// GPU (or with one GPU, where switching devices cannot happen).
+struct RecordingRuntime {
+    static inline int current = 0;
+    static inline bool has_context = true;
+    static inline std::vector<std::string> calls;
+    static int current_device() { return current; }
+    static void set_device(int device) {
+        calls.push_back("set_device(" + std::to_string(device) + ")");
+        current = device;
+    }
+    static void restore_device(int device) noexcept {
+        calls.push_back("restore_device(" + std::to_string(device) + ")");
+        current = device;
+    }
+    static bool thread_has_context() noexcept { return has_context; }
+    static void clear_thread_context() noexcept { calls.push_back("clear_thread_context()"); }
 };
 
 }  // namespace
@@ -42,10 +72,22 @@ void bind_cuda_runtime(py::module_& m) {
     m.def("pointer_device", &cuda::pointer_device, py::arg("ptr"),
           "The device owning a device/managed pointer, or -1 for host or unknown memory.");
 
+    // Out of memory is Python's MemoryError, whatever the allocation (scratch, arrays).
+    py::register_exception_translator([](std::exception_ptr error) {
+        try {
+            if (error) std::rethrow_exception(error);
+        } catch (const cuda::OutOfMemory& e) {
+            PyErr_SetString(PyExc_MemoryError, e.what());
+        }
+    });
+
     py::class_<DeviceBuffer>(m, "DeviceBuffer")
-        .def(py::init([](int device, size_t nbytes) { return new DeviceBuffer(checked_device(device), nbytes); }),
-             py::arg("device"), py::arg("nbytes"))
+        .def(py::init([](int device, uintptr_t stream, size_t nbytes) {
+                 return new DeviceBuffer(checked_launch(device, stream), stream, nbytes);
+             }),
+             py::arg("device"), py::arg("stream"), py::arg("nbytes"))
         .def_property_readonly("device", &DeviceBuffer::device)
+        .def_property_readonly("stream", &DeviceBuffer::stream)
         .def_property_readonly("nbytes", &DeviceBuffer::nbytes)
         .def_property_readonly("ptr", &DeviceBuffer::ptr);
 
@@ -80,6 +122,41 @@ void bind_cuda_runtime(py::module_& m) {
             cuda::memset_zero(device, stream, dst, nbytes);
         },
         py::arg("device"), py::arg("stream"), py::arg("dst"), py::arg("nbytes"));
+    m.def(
+        "memory_pool_release_threshold",
+        [](int device) { return cuda::pool_release_threshold(checked_device(device)); }, py::arg("device"),
+        "Bytes of freed memory dprec's pool on `device` keeps for reuse.");
+    m.def(
+        "set_memory_pool_release_threshold",
+        [](int device, uint64_t bytes) { cuda::set_pool_release_threshold(checked_device(device), bytes); },
+        py::arg("device"), py::arg("bytes"));
+    m.def(
+        "memory_pool_reserved",
+        [](int device) { return cuda::pool_reserved_bytes(checked_device(device)); }, py::arg("device"),
+        "Bytes dprec's pool on `device` holds, in use or kept for reuse.");
+    m.def(
+        "empty_cache",
+        [](int device) {
+            checked_device(device);
+            py::gil_scoped_release release;
+            cuda::pool_trim(device);
+        },
+        py::arg("device"), "Wait for the device, then return every unused byte of dprec's pool to the driver.");
+    m.def("driver_mismatch_message", &cuda::driver_mismatch_message, py::arg("driver_version"),
+          py::arg("runtime_version"),
+          "Why a driver (CUDA version as 1000*major + 10*minor) cannot run this runtime; '' when it can.");
+    m.def(
+        "_device_guard_trace",
+        [](int current, bool has_context, int target) {
+            RecordingRuntime::current = current;
+            RecordingRuntime::has_context = has_context;
+            RecordingRuntime::calls.clear();
+            { cuda::BasicDeviceGuard<RecordingRuntime> guard(target); }
+            return RecordingRuntime::calls;
+        },
+        py::arg("current"), py::arg("has_context"), py::arg("target"),
+        "Test hook: the runtime calls DeviceGuard makes, against a recording fake runtime.");
+
     m.def(
         "synchronize",
         [](int device, uintptr_t stream) {

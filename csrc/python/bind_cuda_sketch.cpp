@@ -9,6 +9,7 @@
 
 #include "../cuda/sketch_launch.h"
 #include "device_pointers.h"
+#include "scratch.h"
 #include "sketch_checks.h"
 
 namespace py = pybind11;
@@ -46,8 +47,9 @@ void bind_cuda_sketch(py::module_& m) {
     m.def(
         "count_sketch_encode",
         [](int device, uintptr_t stream, uintptr_t x, const std::string& x_dtype, uint64_t dim, uint64_t seed,
-           uint32_t group, int64_t rows, int64_t cols, double scale, uintptr_t table, const std::string& table_dtype) {
-            checked_device(device);
+           uint32_t group, int64_t rows, int64_t cols, double scale, uintptr_t table, const std::string& table_dtype,
+           const py::object& scratch) {
+            checked_launch(device, stream);
             check_sketch_shape(rows, cols);
             check_sketch_dim(dim, "x");
             check_sketch_finite(scale, "scale");
@@ -55,6 +57,7 @@ void bind_cuda_sketch(py::module_& m) {
             const bool t64 = is_float64(table_dtype, "table");
             const auto r = static_cast<uint32_t>(rows);
             const auto c = static_cast<uint64_t>(cols);
+            ScratchScope scope(scratch);  // the encode releases the GIL inside encode<>()
             if (!x64 && !t64)
                 encode<float, float>(device, stream, x, dim, seed, group, r, c, scale, table);
             else if (x64 && !t64)
@@ -66,7 +69,7 @@ void bind_cuda_sketch(py::module_& m) {
         },
         py::arg("device"), py::arg("stream"), py::arg("x"), py::arg("x_dtype"), py::arg("dim"), py::arg("seed"),
         py::arg("group"), py::arg("rows"), py::arg("cols"), py::arg("scale"), py::arg("table"),
-        py::arg("table_dtype"),
+        py::arg("table_dtype"), py::arg("scratch") = py::none(),
         "table[r, h_r(j)] += s_r(j) * x[j] * scale (x converted to the table's dtype), bit-identical to the CPU; "
         "asynchronous on `stream`.");
 
@@ -74,7 +77,7 @@ void bind_cuda_sketch(py::module_& m) {
         "count_sketch_decode",
         [](int device, uintptr_t stream, uintptr_t table, const std::string& dtype, uint64_t dim, uint64_t seed,
            uint32_t group, int64_t rows, int64_t cols, bool median, double median_scale, uintptr_t out) {
-            checked_device(device);
+            checked_launch(device, stream);
             check_sketch_shape(rows, cols);
             check_sketch_dim(dim, "out");
             check_sketch_finite(median_scale, "median_scale");

@@ -5,11 +5,18 @@
 // "used_dltensor" and owns the DLManagedTensor from then on: DLPackTensor calls its
 // deleter when the Python object goes away, which keeps the producer's memory alive
 // for as long as dprec uses the pointer.
+//
+// For GPU memory "uses" includes kernels still queued: the deleter hands the memory back
+// to the producer, whose allocator may not be stream-aware (it may reuse the memory at
+// once, on any stream). So a GPU import first waits for the stream dprec ran on (with
+// the GIL released); DLPack offers no stream-ordered way to return memory.
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "../cuda/launch.h"
 
 namespace py = pybind11;
 
@@ -56,11 +63,24 @@ std::string dtype_name(DLDataType t) {
     }
 }
 
+constexpr int32_t kDLCUDA = 2;
+constexpr int32_t kDLCUDAManaged = 13;
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+}
+
 class DLPackTensor {
   public:
     explicit DLPackTensor(DLManagedTensor* managed) : managed_(managed) {}
     ~DLPackTensor() {
-        if (managed_ && managed_->deleter) managed_->deleter(managed_);
+        if (managed_ == nullptr) return;
+        if (on_gpu()) wait_for_stream();
+        if (managed_->deleter) managed_->deleter(managed_);
     }
     DLPackTensor(const DLPackTensor&) = delete;
     DLPackTensor& operator=(const DLPackTensor&) = delete;
@@ -80,7 +100,24 @@ class DLPackTensor {
         return std::move(s);
     }
 
+    bool on_gpu() const { return t().device.device_type == kDLCUDA || t().device.device_type == kDLCUDAManaged; }
+    // The stream dprec queues its work on for this tensor (0: the legacy default stream).
+    uintptr_t stream = 0;
+
   private:
+    void wait_for_stream() noexcept {
+        try {
+            if (!interpreter_finalizing() && PyGILState_Check()) {
+                py::gil_scoped_release release;
+                cuda::synchronize(t().device.device_id, stream);
+            } else {
+                cuda::synchronize(t().device.device_id, stream);
+            }
+        } catch (...) {
+            // No device any more (shutdown): nothing is running that could read the memory.
+        }
+    }
+
     DLManagedTensor* managed_;
 };
 
@@ -94,7 +131,10 @@ void bind_dlpack(py::module_& m) {
         .def_property_readonly("dtype", [](const DLPackTensor& x) { return dtype_name(x.t().dtype); })
         .def_property_readonly("itemsize", [](const DLPackTensor& x) { return (x.t().dtype.bits * x.t().dtype.lanes + 7) / 8; })
         .def_property_readonly("shape", &DLPackTensor::shape)
-        .def_property_readonly("strides", &DLPackTensor::strides);
+        .def_property_readonly("strides", &DLPackTensor::strides)
+        .def_property_readonly("on_gpu", &DLPackTensor::on_gpu)
+        .def_readwrite("stream", &DLPackTensor::stream,
+                       "The stream dprec's work on this tensor runs on; a GPU import waits for it when deleted.");
 
     m.def(
         "dlpack_import",

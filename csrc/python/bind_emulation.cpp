@@ -16,6 +16,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -70,16 +71,62 @@ void rec_dot_products(const T* phi, uint64_t d, uint64_t seed, uint32_t group, u
     reduce_columns(partial.data(), plan.n_segments, n_candidates, factor, out);
 }
 
+// launch.cu's reduce_norm_stats on the host: (sum, max) pairs level by level.
+void reduce_norm_stats(const double* stats, uint64_t rows, double* out) {
+    if (rows == 0) throw std::logic_error("reduce_norm_stats: no partial statistics");
+    std::vector<std::vector<double>> levels;
+    const double* in = stats;
+    for (;;) {
+        const uint64_t out_rows = gpu::ceil_div(rows, gpu::kReduceRows);
+        double* dst = out;
+        if (out_rows > 1) {
+            levels.emplace_back(static_cast<size_t>(2 * out_rows));
+            dst = levels.back().data();
+        }
+        for (uint64_t t = 0; t < out_rows; ++t) gpu::reduce_norm_rows_thread(t, in, rows, dst);
+        if (out_rows == 1) break;
+        in = dst;
+        rows = out_rows;
+    }
+}
+
 template <class T>
 std::pair<double, double> norm_stats(const T* x, uint64_t n, double divisor) {
     const uint64_t threads = gpu::norm_threads(n);
-    std::vector<double> sums(static_cast<size_t>(threads));
-    std::vector<double> maxs(static_cast<size_t>(threads));
+    std::vector<double> stats(static_cast<size_t>(2 * threads));
     double result[2];
-    for (uint64_t t = 0; t < threads; ++t) gpu::norm_stats_thread(t, threads, x, n, divisor, sums.data(), maxs.data());
-    reduce_columns(sums.data(), threads, 1, 1.0, &result[0]);
-    result[1] = gpu::max_abs_reduce(maxs.data(), threads);
+    for (uint64_t t = 0; t < threads; ++t) gpu::norm_stats_thread(t, threads, x, n, divisor, stats.data());
+    reduce_norm_stats(stats.data(), threads, result);
     return {result[0], result[1]};
+}
+
+// launch.cu's gumbel_argmax on the host: the same plan, level by level, then the flat
+// winners made group-local.
+void gumbel_argmax(const double* logits, const double* gumbel, const int64_t* offsets, uint64_t n_groups,
+                   int64_t* out) {
+    const gpu::ArgmaxPlan plan = gpu::make_argmax_plan(offsets, n_groups);
+    std::vector<std::vector<double>> values;
+    std::vector<std::vector<int64_t>> indices;
+    for (uint64_t level = 0; level < plan.n_levels(); ++level) {
+        const uint64_t threads = plan.n_threads(level);
+        const bool last = level + 1 == plan.n_levels();
+        const int64_t* items = plan.item_offsets(level);
+        const int64_t* thread_offsets = plan.thread_offsets(level);
+        if (!last) values.emplace_back(static_cast<size_t>(threads));
+        indices.emplace_back(static_cast<size_t>(threads));
+        double* best_values = last ? nullptr : values.back().data();
+        int64_t* best_indices = indices.back().data();
+        if (level == 0) {
+            for (uint64_t t = 0; t < threads; ++t)
+                gpu::gumbel_argmax_first_level_thread(t, logits, gumbel, items, thread_offsets, n_groups, best_values,
+                                                      best_indices);
+        } else {
+            for (uint64_t t = 0; t < threads; ++t)
+                gpu::gumbel_argmax_next_level_thread(t, values[level - 1].data(), indices[level - 1].data(), items,
+                                                     thread_offsets, n_groups, best_values, best_indices);
+        }
+    }
+    for (uint64_t g = 0; g < n_groups; ++g) out[g] = indices.back()[g] - offsets[g];
 }
 
 void check_size_nonzero(uint64_t n, const char* name) {
@@ -205,11 +252,30 @@ void bind_emulation(py::module_& m) {
             int64_t* r = result.mutable_data();
             {
                 py::gil_scoped_release release;
-                for (uint64_t t = 0; t < n_groups; ++t) gpu::gumbel_argmax_thread(t, l, g, off, r);
+                gumbel_argmax(l, g, off, n_groups, r);
             }
             return result;
         },
         py::arg("logits"), py::arg("gumbel"), py::arg("offsets"));
+
+    e.def(
+        "gumbel_argmax_plan",
+        [](const py::array& offsets) {
+            const int64_t* off = input<int64_t>(offsets, "offsets");
+            if (offsets.size() < 2) throw py::value_error("offsets must hold at least 2 entries (groups + 1)");
+            const uint64_t n_groups = static_cast<uint64_t>(offsets.size()) - 1;
+            if (off[0] != 0) throw py::value_error("offsets[0] must be 0");
+            for (uint64_t i = 0; i < n_groups; ++i)
+                if (off[i + 1] <= off[i]) throw py::value_error("offsets must be strictly increasing");
+            const gpu::ArgmaxPlan plan = gpu::make_argmax_plan(off, n_groups);
+            py::array_t<int64_t> rows({static_cast<py::ssize_t>(plan.n_levels() + 1),
+                                       static_cast<py::ssize_t>(n_groups + 1)});
+            std::copy(plan.offsets.begin(), plan.offsets.end(), rows.mutable_data());
+            return rows;
+        },
+        py::arg("offsets"),
+        "The level offsets of gumbel_argmax's plan: row 0 the groups, row l + 1 the threads of level l "
+        "(the items of level l + 1).");
 
     e.def(
         "accumulate",

@@ -36,4 +36,18 @@ inline int checked_device(int device) {
     return device;
 }
 
+// The checks before a kernel launch: the device exists, its kernels are loaded (so that
+// lazy loading never waits in the middle of the caller's work), and `stream` belongs to
+// it (a stream of another device would fail to launch, or worse, order nothing).
+inline int checked_launch(int device, uintptr_t stream) {
+    checked_device(device);
+    cuda::preload_kernels(device);
+    const int owner = cuda::stream_device(stream);
+    if (owner >= 0 && owner != device)
+        throw py::value_error("stream belongs to cuda:" + std::to_string(owner) + ", but the arrays are on cuda:" +
+                              std::to_string(device) + "; make a stream of cuda:" + std::to_string(device) +
+                              " current (e.g. `with torch.cuda.device(" + std::to_string(device) + "):`)");
+    return device;
+}
+
 }  // namespace dprec::bind

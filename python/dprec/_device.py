@@ -51,6 +51,70 @@ _TORCH_DTYPES = {
 _ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
+class _TorchScratch:
+    """Scratch memory from PyTorch's caching allocator, on the call's stream.
+
+    Blocks freed here go back to PyTorch's cache for that stream (never to the driver), so
+    dprec and PyTorch share one pool: dprec cannot run out of memory while PyTorch holds
+    free blocks, and no synchronisation returns memory to the driver."""
+
+    def allocate(self, device: int, stream: int, nbytes: int) -> int:
+        import torch  # noqa: PLC0415 - only built for a torch tensor
+
+        try:
+            return int(torch.cuda.caching_allocator_alloc(int(nbytes), int(device), int(stream)))
+        except torch.OutOfMemoryError as e:
+            raise MemoryError(
+                f"CUDA out of memory: dprec needs {nbytes} bytes of scratch on cuda:{device} "
+                f"(from PyTorch's caching allocator): {e}"
+            ) from None
+
+    def free(self, ptr: int) -> None:
+        import torch  # noqa: PLC0415
+
+        torch.cuda.caching_allocator_delete(int(ptr))
+
+
+class _CupyScratch:
+    """Scratch memory from CuPy's current allocator (its memory pool by default)."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, Any] = {}
+
+    def allocate(self, device: int, stream: int, nbytes: int) -> int:
+        import cupy  # noqa: PLC0415 - only built for a CuPy array
+
+        with cupy.cuda.Device(device):
+            # The pool keeps freed blocks per stream: allocate on the stream the kernels use.
+            cp_stream = cupy.cuda.ExternalStream(stream) if stream else cupy.cuda.Stream.null
+            try:
+                with cp_stream:
+                    mem = cupy.cuda.alloc(int(nbytes))
+            except cupy.cuda.memory.OutOfMemoryError as e:
+                raise MemoryError(
+                    f"CUDA out of memory: dprec needs {nbytes} bytes of scratch on cuda:{device} "
+                    f"(from CuPy's allocator): {e}"
+                ) from None
+        self._live[int(mem.ptr)] = mem
+        return int(mem.ptr)
+
+    def free(self, ptr: int) -> None:
+        self._live.pop(int(ptr), None)
+
+
+_SCRATCH: dict[str, Any] = {}
+
+
+def scratch_allocator(framework: str) -> Any:
+    """The scratch source for a call on ``framework``'s arrays: PyTorch's or CuPy's caching
+    allocator, or None (dprec's own pool, see :func:`dprec.cuda.empty_cache`)."""
+    if framework not in ("torch", "cupy"):
+        return None
+    if framework not in _SCRATCH:
+        _SCRATCH[framework] = _TorchScratch() if framework == "torch" else _CupyScratch()
+    return _SCRATCH[framework]
+
+
 @dataclass
 class GpuArray:
     """A device pointer with everything a kernel launch needs."""
@@ -76,6 +140,11 @@ class GpuArray:
     @property
     def label(self) -> str:
         return f"cuda:{self.device}"
+
+    @property
+    def scratch(self) -> Any:
+        """Where the kernels of a call on this array take their scratch memory."""
+        return scratch_allocator(self.framework)
 
     def offset(self, elements: int) -> int:
         """The pointer ``elements`` items further on."""
@@ -172,9 +241,17 @@ def gpu_array(x: Any, name: str) -> GpuArray | None:
         if not _c_contiguous(shape, cai.get("strides"), dt.itemsize):
             raise ValueError(f"{name} must be C-contiguous on the GPU, got strides {cai.get('strides')}")
         if math.prod(shape) and dev < 0:
-            raise ValueError(f"{name} exposes __cuda_array_interface__ but its pointer is not CUDA device memory")
+            raise ValueError(
+                f"{name} is not a usable GPU array: it exposes __cuda_array_interface__ but its pointer is not CUDA "
+                "device memory"
+            )
         stream = cai.get("stream")
         framework = "cupy" if type(x).__module__.split(".")[0] == "cupy" else "cuda_array_interface"
+        if framework == "cupy" and dev >= 0:
+            # CuPy exports the current stream of the *current* device, which for an array
+            # on another device is a stream that cannot order work there: use CuPy's
+            # current stream of the array's own device.
+            stream = _cupy_stream(dev)
         return GpuArray(
             x,
             int(ptr),
@@ -198,8 +275,20 @@ def gpu_array(x: Any, name: str) -> GpuArray | None:
         shape = tuple(int(s) for s in t.shape)
         if not _c_contiguous(shape, t.strides, 1):
             raise ValueError(f"{name} must be C-contiguous on the GPU, got strides {t.strides} (in elements)")
+        # Deleting the import waits for this stream before the producer gets its memory back
+        # (bind_dlpack.cpp): DLPack gives no stream-ordered way to return it.
+        t.stream = LEGACY_DEFAULT_STREAM
         return GpuArray(x, int(t.ptr), shape, t.dtype, int(t.device_id), LEGACY_DEFAULT_STREAM, "dlpack", keepalive=t)
     return None
+
+
+def _cupy_stream(device: int) -> int:
+    """CuPy's current stream on ``device`` as an integer (0 for the legacy default stream)."""
+    import cupy  # noqa: PLC0415 - only called for CuPy arrays
+
+    with cupy.cuda.Device(device):
+        ptr = int(cupy.cuda.get_current_stream().ptr)
+    return LEGACY_DEFAULT_STREAM if ptr in (0, 1) else ptr
 
 
 def required_float_gpu_array(x: Any, name: str) -> GpuArray:

@@ -719,7 +719,7 @@ def _gpu_global_norm(gs: list[_device.GpuArray], labels: list[str]) -> float:
     def norm_stats(divisor: float) -> list[tuple[float, float]]:
         # One host wait for every tensor, on the first tensor's stream.
         r = cuda.norm_stats(first.device, first.stream, [g.ptr for g in gs], [g.dtype for g in gs],
-                            [g.size for g in gs], divisor)
+                            [g.size for g in gs], divisor, scratch=first.scratch)
         return [(float(a), float(b)) for a, b in r]
 
     stats = norm_stats(1.0)
@@ -1037,7 +1037,7 @@ class DPRECCodec:
             )
         # The same private draws, in the same order, as the CPU path's per-group calls.
         noise = np.concatenate([rec.gumbel_noise(k, gen) for k in ks])
-        indices = cuda.gumbel_argmax(first.device, first.stream, logits.ptr, noise, offsets)
+        indices = cuda.gumbel_argmax(first.device, first.stream, logits.ptr, noise, offsets, scratch=first.scratch)
         msg = DPRECMessage(
             seed=seed, bits=layout.bits, indices=tuple(int(i) for i in indices), layout_digest=layout.digest
         )
@@ -1310,7 +1310,7 @@ class DPRECCodec:
             for g in layout.groups:
                 o = outs[g.tensor]
                 _, s_u, k_u, coefs = rec._client_params(g.group, seeds, idx[:, g.group], self._sigma, w)
-                cuda.aggregate_f32(o.device, o.stream, o.offset(g.start), g.size, g.group, s_u, k_u, coefs)
+                cuda.aggregate_f32(o.device, o.stream, o.offset(g.start), g.size, g.group, s_u, k_u, coefs, scratch=o.scratch)
             return self._rebuild(tree, [o.obj for o in outs], [False] * len(outs))
         flats = [np.empty(math.prod(s), dtype=np.float32) for s in shapes]
         for g in layout.groups:

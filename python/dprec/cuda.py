@@ -8,6 +8,22 @@ waits only where a host value is returned (an index, a norm, a message).
 
 The backend is optional: without a GPU, a driver, or a CUDA build, ``import dprec``
 works and :func:`is_available` says why the backend cannot be used.
+
+Memory. Kernels that need temporary device memory (norms, log-likelihood ratios,
+sampling, aggregation, the FWHT's work buffer, the count-sketch sort) take it from the
+caller's framework: PyTorch's caching allocator for PyTorch tensors, CuPy's allocator for
+CuPy arrays, on the call's stream, so it is shared with the rest of your program and
+shows up in ``torch.cuda.memory_allocated()`` while a call runs. For other producers
+(DLPack, ``__cuda_array_interface__``) and for :class:`DeviceArray`, dprec uses a memory
+pool of its own per device: freed memory is kept for reuse up to a release threshold
+(by default min(1 GiB, 1/16 of the device's memory); :func:`set_memory_pool_release_threshold`)
+and handed back to the driver above it; :func:`empty_cache` hands it all back. A failed
+allocation raises :class:`MemoryError` and leaves the backend usable.
+
+Kernels are loaded on a device's first use (all of them at once): under CUDA's default
+lazy module loading, loading can wait for work already queued on that device, so that
+first call may wait once; later calls never do. ``CUDA_MODULE_LOADING=EAGER`` loads
+them when the process first touches the device instead.
 """
 
 from __future__ import annotations
@@ -19,7 +35,17 @@ import numpy as np
 
 from . import _backend
 
-__all__ = ["is_available", "unavailable_reason", "device_count", "device_name", "DeviceArray"]
+__all__ = [
+    "is_available",
+    "unavailable_reason",
+    "device_count",
+    "device_name",
+    "DeviceArray",
+    "empty_cache",
+    "memory_pool_reserved",
+    "memory_pool_release_threshold",
+    "set_memory_pool_release_threshold",
+]
 
 
 def is_available() -> bool:
@@ -44,6 +70,40 @@ def device_name(device: int = 0) -> str:
     return str(_backend.cuda_module().device_name(int(device)))
 
 
+def _device_index(device: int) -> int:
+    if not is_available():
+        raise ValueError(f"the CUDA backend is unavailable: {unavailable_reason()}")
+    if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+        raise TypeError(f"device must be an int, got {type(device).__name__}")
+    return int(device)
+
+
+def empty_cache(device: int = 0) -> None:
+    """Wait for ``device``, then return the unused memory of dprec's pool to the driver.
+
+    Memory that dprec took from PyTorch or CuPy goes back to their caches when a call
+    ends; release it with ``torch.cuda.empty_cache()`` or CuPy's pool."""
+    _backend.cuda_module().empty_cache(_device_index(device))
+
+
+def memory_pool_reserved(device: int = 0) -> int:
+    """Bytes that dprec's own pool on ``device`` holds, in use or kept for reuse."""
+    return int(_backend.cuda_module().memory_pool_reserved(_device_index(device)))
+
+
+def memory_pool_release_threshold(device: int = 0) -> int:
+    """Bytes of freed memory that dprec's pool on ``device`` keeps for reuse."""
+    return int(_backend.cuda_module().memory_pool_release_threshold(_device_index(device)))
+
+
+def set_memory_pool_release_threshold(nbytes: int, device: int = 0) -> None:
+    """Keep up to ``nbytes`` of freed memory in dprec's pool on ``device`` (0: return all
+    freed memory to the driver at each synchronisation)."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
+    _backend.cuda_module().set_memory_pool_release_threshold(_device_index(device), int(nbytes))
+
+
 _TYPESTR = {"float32": "<f4", "float64": "<f8", "int64": "<i8", "uint32": "<u4", "uint64": "<u8", "float16": "<f2"}
 
 
@@ -64,6 +124,9 @@ class DeviceArray:
     stream : int
         The stream its contents are produced on (a ``cudaStream_t`` as an integer; 0 is
         the legacy default stream). Consumers synchronise with it through the interface.
+        The memory comes from dprec's pool in stream order on this stream and returns to
+        it the same way when the array is collected, without synchronising: work on other
+        streams that reads the array must finish before the last reference goes.
     """
 
     def __init__(self, shape: Any, dtype: str = "float32", *, device: int = 0, stream: int = 0) -> None:
@@ -77,7 +140,7 @@ class DeviceArray:
         self.dtype = np.dtype(_TYPESTR[dtype])
         self.device = int(device)
         self.stream = int(stream)
-        self._buffer = _backend.cuda_module().DeviceBuffer(self.device, self.nbytes)
+        self._buffer = _backend.cuda_module().DeviceBuffer(self.device, self.stream, self.nbytes)
 
     @property
     def size(self) -> int:

@@ -80,7 +80,7 @@ def _check_gpu(g: _device.GpuArray, name: str) -> None:
         raise ValueError(f"{name} must have at least one axis")
     if g.size == 0:
         raise ValueError(f"{name} must not be empty")
-    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
+    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
     if not np.isfinite(maxabs):
         raise ValueError(f"{name} contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
 
@@ -99,7 +99,7 @@ def _fwht_gpu(x: Any, normalize: bool, inplace: bool) -> Any:
     _check_gpu(g, "x")
     n = _check_length(g.shape[-1], "x")
     dst = g if inplace or fresh else _device.empty_like(g, g.shape, g.dtype)
-    _backend.cuda_module().fwht(g.device, g.stream, g.ptr, dst.ptr, g.dtype, g.size // n, n, bool(normalize))
+    _backend.cuda_module().fwht(g.device, g.stream, g.ptr, dst.ptr, g.dtype, g.size // n, n, bool(normalize), scratch=g.scratch)
     return x if inplace else dst.obj
 
 
@@ -411,6 +411,6 @@ class RandomizedHadamard:
             self._seed,
             self._group,
             self._repeats,
-            inverse,
+            inverse, scratch=g.scratch,
         )
         return out.obj

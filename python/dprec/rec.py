@@ -193,13 +193,13 @@ def logits(
     if g is not None:
         _backend.resolve(backend, g.label, "phi")
         check_size(g.size, "phi.size")
-        maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
+        maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
         if not np.isfinite(maxabs):
             raise ValueError(f"phi contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
         out = _device.empty_like(g, (1 << bits,), "float64")
         _logits_gpu(g, 0, g.size, seed, group, bits, sigma, float(scale), out.ptr)
         k = 1 << bits
-        maxabs = _backend.cuda_module().norm_stats(out.device, out.stream, [out.ptr], ["float64"], [k], 1.0)[0, 1]
+        maxabs = _backend.cuda_module().norm_stats(out.device, out.stream, [out.ptr], ["float64"], [k], 1.0, scratch=out.scratch)[0, 1]
         if not np.isfinite(maxabs):
             raise ValueError(_LOGITS_OVERFLOW)
         return out.obj
@@ -238,7 +238,7 @@ def _logits_gpu(
     """Logits of ``g[start:start + size]`` into the float64 device pointer ``out``
     (asynchronous, on ``g``'s stream); arguments already checked."""
     _backend.cuda_module().rec_dot_products(
-        g.device, g.stream, g.offset(start), g.dtype, size, seed, group, 1 << bits, scale / sigma, out
+        g.device, g.stream, g.offset(start), g.dtype, size, seed, group, 1 << bits, scale / sigma, out, scratch=g.scratch
     )
 
 
@@ -277,7 +277,7 @@ def _gpu_logits(logits: Any, ndim: int) -> _device.GpuArray | None:
         raise TypeError(f"logits on the GPU must be float64 (as rec.logits returns them), got {g.dtype}")
     if len(g.shape) != ndim or g.size == 0:
         raise ValueError(f"logits must be a non-empty {ndim}-D array, got shape {g.shape}")
-    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
+    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
     if not np.isfinite(maxabs):
         raise ValueError(f"logits contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
     return g
@@ -336,7 +336,7 @@ def sample_indices(
     Row ``g`` gets ``argmax_k (logits[g, k] + G_{g,k})`` (first index on ties). The
     noise is drawn on the host from private randomness, row after row, so row ``g``
     gets the same noise as the ``g``-th of G consecutive :func:`sample_index` calls with
-    the same ``rng``. GPU logits are reduced on their device in one kernel launch.
+    the same ``rng``. GPU logits are reduced on their device, all rows at once.
 
     Parameters
     ----------
@@ -360,7 +360,7 @@ def sample_indices(
         n_groups, k = shape
         noise = _noise(n_groups * k, rng, gumbel, (n_groups, k))
         offsets = np.arange(0, n_groups * k + 1, k, dtype=np.int64)
-        return _backend.cuda_module().gumbel_argmax(g.device, g.stream, g.ptr, noise.reshape(-1), offsets)
+        return _backend.cuda_module().gumbel_argmax(g.device, g.stream, g.ptr, noise.reshape(-1), offsets, scratch=g.scratch)
     lg = float_array(logits, "logits").astype(np.float64, copy=False)
     if lg.ndim != 2:
         raise ValueError(f"logits must be 2-D (groups, candidates), got shape {lg.shape}")
@@ -472,7 +472,7 @@ def accumulate(
     out_dtype = np.dtype(g.dtype) if g is not None else out.dtype
     group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights, out_dtype)
     if g is not None:
-        _backend.cuda_module().accumulate(g.device, g.stream, g.ptr, g.dtype, g.size, group, seeds_u, idx_u, coefs)
+        _backend.cuda_module().accumulate(g.device, g.stream, g.ptr, g.dtype, g.size, group, seeds_u, idx_u, coefs, scratch=g.scratch)
     elif which == "reference":
         _ref.accumulate(out, group, seeds_u, idx_u, coefs)
     else:

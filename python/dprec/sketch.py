@@ -44,7 +44,7 @@ MAX_GPU_MEDIAN_ROWS = 32
 
 def _check_finite_gpu(g: _device.GpuArray, name: str) -> None:
     """ValueError if the GPU array holds NaN or infinity (waits for the caller's stream once)."""
-    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0)[0, 1]
+    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
     if not np.isfinite(maxabs):
         raise ValueError(f"{name} contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
 
@@ -222,7 +222,7 @@ class CountSketch:
             self._cols,
             self.scale,
             table.ptr,
-            table.dtype,
+            table.dtype, scratch=gx.scratch,
         )
         return out if go is not None else table.obj
 

@@ -1,0 +1,181 @@
+"""The CUDA backend's runtime layer where no GPU is needed: the device guard's decisions,
+the driver messages, where scratch memory comes from, which stream a CuPy array on another
+device is worked on, and what a DLPack import waits for. The compiled ``dprec._cuda`` is
+needed for some (it is built wherever nvcc was found); they skip without it.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from dprec import _backend, _device, rec
+
+from . import fake_cuda as fc
+from .conftest import requires_native
+from .fake_cuda import FakeGpuArray
+
+cu = _backend._cuda  # the real extension (None when not built), whatever a test installs later
+fake_cuda = fc.fake_cuda  # the fixture, for pytest to find in this module
+requires_cuda_build = pytest.mark.skipif(cu is None, reason="dprec was built without its CUDA extension")
+
+
+# ---------------------------------------------------------------------------------------
+# The device guard (issue 13, item 5)
+# ---------------------------------------------------------------------------------------
+
+
+@requires_cuda_build
+def test_device_guard_does_nothing_on_the_current_device():
+    assert cu._device_guard_trace(current=1, has_context=True, target=1) == []
+    assert cu._device_guard_trace(current=0, has_context=False, target=0) == []
+
+
+@requires_cuda_build
+def test_device_guard_restores_the_previous_device_of_a_thread_with_a_context():
+    assert cu._device_guard_trace(current=0, has_context=True, target=1) == ["set_device(1)", "restore_device(0)"]
+    assert cu._device_guard_trace(current=2, has_context=True, target=0) == ["set_device(0)", "restore_device(2)"]
+
+
+@requires_cuda_build
+def test_device_guard_never_creates_a_context_on_gpu_0_for_a_fresh_thread():
+    """A thread that never used CUDA reports device 0: restoring it would create GPU 0's
+    context; the guard leaves the thread without a context instead."""
+    calls = cu._device_guard_trace(current=0, has_context=False, target=1)
+    assert calls == ["set_device(1)", "clear_thread_context()"]
+    assert not any(c.startswith("restore_device") for c in calls)
+
+
+# ---------------------------------------------------------------------------------------
+# Driver compatibility (item 10)
+# ---------------------------------------------------------------------------------------
+
+
+@requires_cuda_build
+@pytest.mark.parametrize(
+    "driver, runtime, needed",
+    [(12040, 13000, "R580"), (11080, 12060, "R525"), (10020, 11080, "R450")],
+)
+def test_an_older_driver_major_version_names_the_driver_needed(driver, runtime, needed):
+    message = cu.driver_mismatch_message(driver, runtime)
+    assert needed in message
+    assert f"built with CUDA {runtime // 1000}.{runtime % 1000 // 10}" in message
+    assert f"supports CUDA {driver // 1000}.{driver % 1000 // 10}" in message
+    assert f"rebuild dprec with a CUDA {driver // 1000}.x toolkit" in message
+
+
+@requires_cuda_build
+@pytest.mark.parametrize("driver, runtime", [(13000, 13000), (13020, 13000), (12020, 12080), (0, 13000)])
+def test_a_compatible_driver_gives_no_message(driver, runtime):
+    """Newer drivers run older toolkits, and within a major version CUDA's minor-version
+    compatibility lets a newer toolkit run on an older driver (0: no driver, reported elsewhere)."""
+    assert cu.driver_mismatch_message(driver, runtime) == ""
+
+
+@requires_cuda_build
+def test_this_build_reports_its_versions():
+    assert cu.runtime_version() >= 11000
+    reason = cu.unavailable_reason()
+    assert isinstance(reason, str)
+    if cu.driver_version() and cu.driver_version() // 1000 < cu.runtime_version() // 1000:
+        assert "Update the driver" in reason
+
+
+# ---------------------------------------------------------------------------------------
+# Scratch memory (item 4)
+# ---------------------------------------------------------------------------------------
+
+
+def test_scratch_comes_from_the_callers_framework():
+    torch_scratch = _device.scratch_allocator("torch")
+    cupy_scratch = _device.scratch_allocator("cupy")
+    assert torch_scratch is _device.scratch_allocator("torch")  # one per framework
+    assert type(torch_scratch).__name__ == "_TorchScratch" and type(cupy_scratch).__name__ == "_CupyScratch"
+    assert _device.scratch_allocator("dlpack") is None  # dprec's own pool
+    assert _device.scratch_allocator("cuda_array_interface") is None
+
+
+@requires_native
+def test_every_scratch_using_kernel_is_given_the_scratch_source(fake_cuda):
+    x = FakeGpuArray(fake_cuda, np.linspace(-1, 1, 1000).astype(np.float32))
+    rec.logits(x, 1, 2, 3, sigma=1.0)
+    rec.sample_index(FakeGpuArray(fake_cuda, np.zeros(8)), gumbel=np.arange(8.0))
+    used = {name for name, _ in fake_cuda.scratch_sources}
+    assert {"norm_stats", "rec_dot_products", "gumbel_argmax"} <= used
+    # A __cuda_array_interface__ producer has no allocator of its own: dprec's pool (None).
+    assert all(source is None for _, source in fake_cuda.scratch_sources)
+
+
+def test_torch_scratch_turns_out_of_memory_into_memory_error(monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    def fail(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(torch.cuda, "caching_allocator_alloc", fail)
+    with pytest.raises(MemoryError, match="8 bytes of scratch on cuda:0 .*PyTorch"):
+        _device.scratch_allocator("torch").allocate(0, 0, 8)
+
+
+# ---------------------------------------------------------------------------------------
+# CuPy arrays on another device than the current one (item 6)
+# ---------------------------------------------------------------------------------------
+
+
+class _FakeCupyCuda:
+    """Just enough of cupy.cuda: a current device, and a current stream per device."""
+
+    def __init__(self, streams: dict[int, int], current: int) -> None:
+        self.streams, self.current = streams, current
+        outer = self
+
+        class Device:
+            def __init__(self, device: int) -> None:
+                self.device, self.saved = device, None
+
+            def __enter__(self):
+                self.saved, outer.current = outer.current, self.device
+
+            def __exit__(self, *exc):
+                outer.current = self.saved
+
+        self.Device = Device
+
+    def get_current_stream(self):
+        return types.SimpleNamespace(ptr=self.streams[self.current])
+
+
+@requires_native
+def test_a_cupy_array_runs_on_the_current_stream_of_its_own_device(fake_cuda, monkeypatch):
+    """CuPy's __cuda_array_interface__ names the current stream of the *current* device;
+    for an array on another device dprec takes CuPy's current stream of the array's device."""
+    cuda = _FakeCupyCuda(streams={0: 0xA0, 1: 0xB1}, current=1)  # the array is on cuda:0
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    host = np.ones(16, np.float32)
+    base = FakeGpuArray(fake_cuda, host)
+    CupyLike = type("ndarray", (), {"__module__": "cupy._core.core"})
+    x = CupyLike()
+    interface = dict(base.__cuda_array_interface__, stream=0xB1)  # what CuPy exports: cuda:1's stream
+    CupyLike.__cuda_array_interface__ = property(lambda self: interface)
+    g = _device.gpu_array(x, "x")
+    assert g.framework == "cupy" and g.device == 0
+    assert g.stream == 0xA0
+    assert cuda.current == 1  # the caller's current device is left alone
+
+
+# ---------------------------------------------------------------------------------------
+# DLPack imports (item 8)
+# ---------------------------------------------------------------------------------------
+
+
+@requires_cuda_build
+def test_a_host_dlpack_import_is_not_treated_as_gpu_memory():
+    t = cu.dlpack_import(np.arange(4.0).__dlpack__())
+    assert not t.on_gpu
+    assert t.stream == 0
+    t.stream = 5  # the stream a GPU import would wait for before it is released
+    assert t.stream == 5
+    del t  # a host import releases at once, without touching a device
