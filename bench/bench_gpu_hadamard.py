@@ -20,7 +20,10 @@ around batches of calls lasting >= --min-time-ms, median of --repeat measurement
   (FWHT <= 1.5x copy time at n = 2^20 .. 2^26).
 
 GB/s counts one read and one write of the array (what a copy moves); the kernel makes one
-such round trip per pass (1 pass for n <= 2^13, 2 up to 2^23, 3 above).
+such round trip per pass. The *plan* column gives the passes as buffer log2 / stages (and,
+for strided passes, the bytes of a column run) for the device's opt-in shared memory
+(csrc/cuda/hadamard_bodies.h): with 128 KiB blocks (sm_80, sm_90) one pass up to n = 2^15,
+two up to 2^27, so n > L2 costs at least two copies' worth of DRAM traffic.
 """
 
 from __future__ import annotations
@@ -73,6 +76,26 @@ def bench_row(rows: int, log2n: int, repeat: int, min_time_s: float) -> dict[str
     return t
 
 
+def max_buf_log2() -> int:
+    """The launcher's buffer limit for float32 on the current device (hadamard_launch.cu)."""
+    import torch
+
+    optin = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "shared_memory_per_block_optin", 0)
+    for p in (15, 14):
+        if ((1 << p) + (1 << (p - 5))) * 4 <= optin:
+            return p
+    return 13
+
+
+def plan_text(rows: int, log2n: int) -> str:
+    passes = _backend.native().gpu_emulation.fwht_plan(1 << log2n, rows, "float32", max_buf_log2())
+    parts = []
+    for q in passes:
+        run = f"@{4 << q['lo']}B" if q["lo"] else ""
+        parts.append(f"{q['buf_log2']}/{q['m']}{run}")
+    return " ".join(parts)
+
+
 def header() -> list[str]:
     return [
         "FWHT float32 (orthonormal) on the GPU; anchor: y.copy_(x) of the same bytes",
@@ -93,7 +116,8 @@ def line(rows: int, log2n: int, t: dict[str, float]) -> str:
         f"{shape:>14} | {t['kernel'] * 1e3:>9.4f} {nbytes / t['kernel'] / _G:>6.0f} {ratio:>5.2f}x | "
         f"{t['public'] * 1e3:>9.4f} {t['public'] / t['copy']:>5.2f}x | "
         f"{t['rotation'] * 1e3:>11.4f} {t['rotation'] / t['copy']:>5.2f}x | "
-        f"{t['copy'] * 1e3:>8.4f} {nbytes / t['copy'] / _G:>6.0f} | {'yes' if t['bit_identical'] else 'NO':>5} | {check}"
+        f"{t['copy'] * 1e3:>8.4f} {nbytes / t['copy'] / _G:>6.0f} | {'yes' if t['bit_identical'] else 'NO':>5} | "
+        f"{plan_text(rows, log2n):<22} | {check}"
     )
 
 

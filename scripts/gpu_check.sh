@@ -6,7 +6,8 @@
 # the whole run nears DPREC_GPU_CHECK_BUDGET seconds, so one hang cannot eat the lease.
 #
 #   bash scripts/gpu_check.sh [steps]     # steps: any of build info tests stress streams
-#                                         # sanitize bench bench_quick, run in the order given
+#                                         # sanitize bench bench_quick bench_shapes profile,
+#                                         # run in the order given
 #                                         # (default: all, in that order)
 #
 # Needs: nvcc, cmake, pybind11, scikit-build-core, PyTorch with CUDA (CuPy optional).
@@ -69,14 +70,36 @@ step_sanitize() {
     -k "not 2_26 and not 2_24 and not 65536 and not chi_square and not several_batches"
   for tool in racecheck synccheck; do
     run 120 "sanitizer-$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      "${PYTEST[@]}" -x tests/test_cuda_hadamard.py tests/test_cuda_sketch.py -k "not 2_26 and not several_batches and not 2_23"
+      "$PY" scripts/gpu_race_targets.py
   done
+}
+step_profile() {
+  # What bounds the encode (llr vs its generate-only limit) and the FWHT passes at 2^26.
+  run 120 ncu-encode ncu --kernel-name regex:"llr|generate_only" --launch-count 2 --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section Occupancy "$PY" -c "
+import torch, dprec
+from dprec import rec
+x = torch.randn(1 << 24, device='cuda')
+rec.logits(x, 1, 2, 7, sigma=1.0)
+dprec._backend.cuda_module().generate_only(0, torch.cuda.current_stream().cuda_stream, 1 << 24, 1, 2, 128)
+torch.cuda.synchronize()"
+  run 120 ncu-fwht ncu --kernel-name regex:fwht_pass --launch-count 2 --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy "$PY" -c "
+import torch
+from dprec.hadamard import fwht
+x = torch.randn(1 << 26, device='cuda')
+fwht(x, inplace=True)
+torch.cuda.synchronize()"
 }
 step_bench_quick() {
   BLOG=$OUT/bench.log
   run 60 bench-gpu-quick sh -c "$PY bench/bench_gpu.py --quick >>'$BLOG' 2>&1"
   run 60 bench-gpu-hadamard-quick sh -c "$PY bench/bench_gpu_hadamard.py --quick >>'$BLOG' 2>&1"
   run 90 bench-gpu-sketch-shapes sh -c "$PY bench/bench_gpu_sketch.py --quick --cols 1 3 64 65536 --rows 1 40 >>'$BLOG' 2>&1"
+}
+step_bench_shapes() {
+  BLOG=$OUT/bench.log
+  run 120 bench-gpu-sketch-shapes sh -c "$PY bench/bench_gpu_sketch.py --log2-d 22 --rows 1 40 --cols 1 3 64 65536 --repeat 3 >>'$BLOG' 2>&1"
 }
 step_bench() {
   BLOG=$OUT/bench.log

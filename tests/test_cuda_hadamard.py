@@ -54,11 +54,66 @@ def test_single_vector_bit_identical_to_cpu(dtype, log2n):
     assert np.array_equal(_bits(x), _bits(host)), "out of place leaves x alone"
 
 
+def _free_bytes() -> int:
+    return torch.cuda.mem_get_info()[0]
+
+
 def test_single_vector_2_26_float32():
+    # A plain 1-D vector (no CuPy, no 2-D slicing): the SPEC's largest size, two passes
+    # with the opt-in buffers.
     host = _random(1 << 26, np.float32, 26)
+    want = fwht(host.copy(), normalize=True, backend="cpu")
     x = torch.from_numpy(host).cuda()
-    fwht(x, inplace=True)
-    assert np.array_equal(_bits(x), _bits(fwht(host, backend="cpu")))
+    assert fwht(x, normalize=True, inplace=True) is x
+    assert np.array_equal(_bits(x), _bits(want))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "log2n", "rows"),
+    [
+        # the largest single-pass shapes: one 128 KiB tile per row (2^15 float32, 2^14
+        # float64), a batch filling many blocks
+        (np.float32, 15, 64),
+        (np.float64, 14, 64),
+        # the largest two-pass shapes with the opt-in: 15 + 12 stages (float32, 512 MiB)
+        # and 14 + 12 (float64, 512 MiB), 32-byte column runs in the strided pass
+        (np.float32, 27, 1),
+        (np.float64, 26, 1),
+        # the first shapes of each plan change: 2^16 (tile + 3 stages in the store) and
+        # 2^23/2^24 (tile and strided buffers of different sizes)
+        (np.float32, 16, 3),
+        (np.float32, 23, 1),
+        (np.float64, 23, 1),
+    ],
+)
+def test_largest_single_and_two_pass_shapes(dtype, log2n, rows):
+    n = 1 << log2n
+    size = rows * n * np.dtype(dtype).itemsize
+    if _free_bytes() < 3 * size + (1 << 28):
+        pytest.skip(f"needs {3 * size >> 20} MiB of free device memory")
+    host = _random((rows, n), dtype, log2n)
+    want = fwht(host, normalize=log2n % 2 == 1, backend="cpu")
+    x = torch.from_numpy(host).cuda()
+    y = fwht(x, normalize=log2n % 2 == 1)
+    assert np.array_equal(_bits(y), _bits(want))
+    del y
+    fwht(x, normalize=log2n % 2 == 1, inplace=True)
+    assert np.array_equal(_bits(x), _bits(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unaligned_views_take_the_scalar_path(dtype):
+    # A view 1 element into its storage is not 16-byte aligned: the kernel's load and store
+    # fall back from 16-byte vectors to scalars, with the same bits.
+    rows, n = 3, 1 << 16
+    storage = torch.from_numpy(_random(rows * n + 1, dtype, 7)).cuda()
+    view = storage[1:].view(rows, n)
+    assert view.data_ptr() % 16 != 0
+    host = view.cpu().numpy()
+    want = fwht(host, backend="cpu")
+    assert np.array_equal(_bits(fwht(view)), _bits(want))
+    fwht(view, inplace=True)
+    assert np.array_equal(_bits(view), _bits(want))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

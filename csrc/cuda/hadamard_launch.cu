@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 
 #include "cuda_check.h"
@@ -14,11 +15,37 @@
 namespace dprec::cuda {
 namespace {
 
-// Dynamic shared memory above the 48 KiB default would need an opt-in; the buffers are
-// sized to stay below it on every architecture built.
+// The largest buffer (log2 of its elements) this device gives a block: the biggest of
+// kMinBufLog2 .. kMaxBufLog2 whose shared memory fits the per-block opt-in limit, with the
+// kernel's dynamic shared memory limit raised to it (needed above the 48 KiB default).
+// The plan is a pure function of this number (fwht_geometry), so an older GPU (sm_75: 64
+// KiB, sm_86/89: ~100 KiB) runs the smaller-buffer plan that the emulation reproduces with
+// the same limit. Done once per device and type.
 template <class T>
-constexpr bool kFitsDefaultSmem = gpu::fwht_smem_bytes<T>() <= 48u * 1024u;
-static_assert(kFitsDefaultSmem<float> && kFitsDefaultSmem<double>, "FWHT buffer above 48 KiB");
+int max_buf_log2(int device) {
+    constexpr int kMaxDevices = 64;
+    static std::mutex mutex;
+    static int known[kMaxDevices] = {};  // 0: not yet
+    std::lock_guard<std::mutex> lock(mutex);
+    if (device >= 0 && device < kMaxDevices && known[device] != 0) return known[device];
+    int optin = 0;
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute (opt-in shared memory)");
+    int best = gpu::FwhtTraits<T>::kMinBufLog2;
+    for (int p = gpu::FwhtTraits<T>::kMaxBufLog2; p > best; --p) {
+        if (gpu::fwht_smem_bytes<T>(p) <= static_cast<uint32_t>(optin)) {
+            best = p;
+            break;
+        }
+    }
+    const uint32_t bytes = gpu::fwht_smem_bytes<T>(best);
+    if (bytes > 48u * 1024u)
+        check(cudaFuncSetAttribute(kernels::fwht_pass<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(bytes)),
+              "cudaFuncSetAttribute (fwht shared memory)");
+    if (device >= 0 && device < kMaxDevices) known[device] = best;
+    return best;
+}
 
 template <class T>
 void run(gpu::FwhtJob job, int device, Stream stream, const T* src, T* dst, uint64_t rows, uint64_t dim, int log2n,
@@ -26,19 +53,22 @@ void run(gpu::FwhtJob job, int device, Stream stream, const T* src, T* dst, uint
     if (rows == 0) return;
     DeviceGuard guard(device);
     const cudaStream_t s = as_stream(stream);
+    const int buf_log2 = max_buf_log2<T>(device);
     const uint64_t n = uint64_t(1) << log2n;
     std::unique_ptr<Scratch> work;
-    if (gpu::fwht_needs_work<T>(job, log2n, dim, repeats)) work = std::make_unique<Scratch>(rows * n * sizeof(T), s);
+    if (gpu::fwht_needs_work<T>(job, log2n, buf_log2, dim, repeats))
+        work = std::make_unique<Scratch>(rows * n * sizeof(T), s);
     auto pointer = [&](gpu::FwhtBuffer b) -> T* {
         if (b == gpu::FwhtBuffer::kInput) return const_cast<T*>(src);  // only ever read
         return b == gpu::FwhtBuffer::kOutput ? dst : work->as<T>();
     };
-    gpu::fwht_schedule<T>(job, rows, log2n, dim, normalize, seed, group, repeats,
+    gpu::fwht_schedule<T>(job, rows, log2n, buf_log2, dim, normalize, seed, group, repeats,
                           [&](const gpu::FwhtPass& p, gpu::FwhtBuffer from, gpu::FwhtBuffer to) {
                               if (p.n_blocks > 0x7fffffffu)
                                   throw std::invalid_argument("fwht: too many rows for one CUDA grid");
-                              kernels::fwht_pass<T><<<static_cast<unsigned>(p.n_blocks), gpu::fwht_threads<T>(),
-                                                      gpu::fwht_smem_bytes<T>(), s>>>(p, pointer(from), pointer(to));
+                              kernels::fwht_pass<T><<<static_cast<unsigned>(p.n_blocks), gpu::fwht_threads<T>(p.p),
+                                                      gpu::fwht_smem_bytes<T>(p.p), s>>>(p, pointer(from),
+                                                                                         pointer(to));
                               check_launch("fwht_pass");
                           });
 }

@@ -107,7 +107,10 @@ class _GpuEmulation(ModuleType):
         out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
         n: int,
         normalize: bool,
+        max_buf_log2: int = -1,
     ) -> None: ...
+    @staticmethod
+    def fwht_plan(n: int, rows: int = 1, dtype: str = "float32", max_buf_log2: int = -1) -> list[dict[str, int]]: ...
     @staticmethod
     def randomized_hadamard(
         src: npt.NDArray[np.float32] | npt.NDArray[np.float64],
@@ -118,6 +121,7 @@ class _GpuEmulation(ModuleType):
         group: int,
         repeats: int,
         inverse: bool,
+        max_buf_log2: int = -1,
     ) -> None: ...
     @staticmethod
     def to_float32(
