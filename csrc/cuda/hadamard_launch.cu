@@ -3,6 +3,7 @@
 // order. Nothing here synchronises.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -32,7 +33,14 @@ int max_buf_log2(int device) {
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
           "cudaDeviceGetAttribute (opt-in shared memory)");
     int best = gpu::FwhtTraits<T>::kMinBufLog2;
-    for (int p = gpu::FwhtTraits<T>::kMaxBufLog2; p > best; --p) {
+    int largest = gpu::FwhtTraits<T>::kMaxBufLog2;
+    // A benchmarking knob: DPREC_CUDA_FWHT_MAX_BUF_LOG2 caps the float32 buffer (float64
+    // one less), to compare the schedules of smaller buffers on the same GPU.
+    if (const char* cap = std::getenv("DPREC_CUDA_FWHT_MAX_BUF_LOG2")) {
+        const int v = std::atoi(cap) - (sizeof(T) == 8 ? 1 : 0);
+        if (v >= best && v < largest) largest = v;
+    }
+    for (int p = largest; p > best; --p) {
         if (gpu::fwht_smem_bytes<T>(p) <= static_cast<uint32_t>(optin)) {
             best = p;
             break;
