@@ -84,6 +84,8 @@ class _GpuEmulation(ModuleType):
         logits: npt.NDArray[np.float64], gumbel: npt.NDArray[np.float64], offsets: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.int64]: ...
     @staticmethod
+    def gumbel_argmax_plan(offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...
+    @staticmethod
     def accumulate(
         out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
         group: int,
@@ -137,6 +139,7 @@ class _GpuEmulation(ModuleType):
         scale: float,
         table: npt.NDArray[np.float32] | npt.NDArray[np.float64],
         max_pairs: int = ...,
+        cell_fold_min_run: int = ...,
     ) -> None: ...
     @staticmethod
     def count_sketch_decode(
@@ -150,6 +153,8 @@ class _GpuEmulation(ModuleType):
         out: npt.NDArray[np.float32] | npt.NDArray[np.float64],
     ) -> None: ...
     @staticmethod
-    def count_sketch_encode_plan(dim: int, rows: int, cols: int, max_pairs: int = ...) -> dict[str, int]: ...
+    def count_sketch_encode_plan(
+        dim: int, rows: int, cols: int, max_pairs: int = ..., cell_fold_min_run: int = ...
+    ) -> dict[str, int]: ...
 
 gpu_emulation: _GpuEmulation

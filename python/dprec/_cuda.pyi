@@ -4,14 +4,22 @@ Device pointers and streams (``cudaStream_t``, 0 = the legacy default stream) ar
 ``int``. Functions take the ``device`` ordinal first and raise ValueError for a device
 outside ``[0, device_count())`` or a pointer that is not device memory of that device.
 Host-side parameter arrays (seeds, indices, coefficients, Gumbel noise, offsets) are
-NumPy arrays.
+NumPy arrays. ``scratch`` is where a kernel's temporary device memory comes from: an object
+with ``allocate(device, stream, nbytes) -> int`` and ``free(ptr)`` (PyTorch's or CuPy's
+caching allocator, from ``dprec._device.scratch_allocator``), or None for dprec's own pool.
+A failed allocation raises MemoryError.
 """
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import CapsuleType
+
+class ScratchSource(Protocol):
+    def allocate(self, device: int, stream: int, nbytes: int) -> int: ...
+    def free(self, ptr: int) -> None: ...
 
 # -- runtime ---------------------------------------------------------------------------------
 
@@ -23,11 +31,14 @@ def driver_version() -> int: ...
 def pointer_device(ptr: int) -> int: ...
 
 class DeviceBuffer:
-    """A device allocation owned by dprec (freed when the object goes away)."""
+    """A device allocation owned by dprec, from its pool in stream order on ``stream``
+    (returned the same way, without synchronising, when the object goes away)."""
 
-    def __init__(self, device: int, nbytes: int) -> None: ...
+    def __init__(self, device: int, stream: int, nbytes: int) -> None: ...
     @property
     def device(self) -> int: ...
+    @property
+    def stream(self) -> int: ...
     @property
     def nbytes(self) -> int: ...
     @property
@@ -37,6 +48,12 @@ def copy_to_host(device: int, stream: int, src: int, out: npt.NDArray[np.generic
 def copy_to_device(device: int, stream: int, src: npt.NDArray[np.generic], dst: int) -> None: ...
 def memset_zero(device: int, stream: int, dst: int, nbytes: int) -> None: ...
 def synchronize(device: int, stream: int) -> None: ...
+def memory_pool_release_threshold(device: int) -> int: ...
+def set_memory_pool_release_threshold(device: int, bytes: int) -> None: ...
+def memory_pool_reserved(device: int) -> int: ...
+def empty_cache(device: int) -> None: ...
+def driver_mismatch_message(driver_version: int, runtime_version: int) -> str: ...
+def _device_guard_trace(current: int, has_context: bool, target: int) -> list[str]: ...
 
 # -- kernels -----------------------------------------------------------------------------------
 
@@ -74,14 +91,16 @@ def rec_dot_products(
     n_candidates: int,
     factor: float,
     out: int,
+    scratch: ScratchSource | None = None,
 ) -> None: ...
-def generate_only(device: int, stream: int, d: int, seed: int, group: int, n_candidates: int) -> None: ...
+def generate_only(device: int, stream: int, d: int, seed: int, group: int, n_candidates: int, scratch: ScratchSource | None = None) -> None: ...
 def gumbel_argmax(
     device: int,
     stream: int,
     logits: int,
     gumbel: npt.NDArray[np.float64],
     offsets: npt.NDArray[np.int64],
+    scratch: ScratchSource | None = None,
 ) -> npt.NDArray[np.int64]: ...
 def accumulate(
     device: int,
@@ -93,6 +112,7 @@ def accumulate(
     seeds: npt.NDArray[np.uint64],
     indices: npt.NDArray[np.uint32],
     coefs: npt.NDArray[np.float64],
+    scratch: ScratchSource | None = None,
 ) -> None: ...
 def aggregate_f32(
     device: int,
@@ -103,10 +123,10 @@ def aggregate_f32(
     seeds: npt.NDArray[np.uint64],
     indices: npt.NDArray[np.uint32],
     coefs: npt.NDArray[np.float64],
+    scratch: ScratchSource | None = None,
 ) -> None: ...
 def norm_stats(
-    device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int], divisor: float
-) -> npt.NDArray[np.float64]:
+    device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int], divisor: float, scratch: ScratchSource | None = None) -> npt.NDArray[np.float64]:
     """Row i: (sum of (x_i / divisor)**2, max |x_i| or NaN), shape (len(ptrs), 2); synchronises."""
 
 def scale_f64(device: int, stream: int, src: int, n: int, factor: float, dst: int) -> None: ...
@@ -127,6 +147,7 @@ def count_sketch_encode(
     scale: float,
     table: int,
     table_dtype: str,
+    scratch: ScratchSource | None = None,
 ) -> None:
     """table[r, h_r(j)] += s_r(j) * x[j] * scale (x in the table's dtype), bit-identical to the CPU."""
 
@@ -147,7 +168,7 @@ def count_sketch_decode(
     """Mean or median estimate into out (the table's dtype), bit-identical to the CPU; median: rows <= 32."""
 # -- Walsh-Hadamard transform (dtype "float32" or "float64"; asynchronous on `stream`) -------
 
-def fwht(device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool) -> None:
+def fwht(device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool, scratch: ScratchSource | None = None) -> None:
     """dst <- H_n src for rows x n elements (dst may be src); bit-identical to the CPU."""
 
 def randomized_hadamard(
@@ -163,16 +184,22 @@ def randomized_hadamard(
     group: int,
     repeats: int,
     inverse: bool,
+    scratch: ScratchSource | None = None,
 ) -> None:
     """Forward: rows x dim -> rows x n; inverse: rows x n -> rows x dim (src != dst)."""
 
 # -- DLPack ------------------------------------------------------------------------------------
 
 class DLPackTensor:
-    """A consumed DLPack tensor; frees the producer's handle when deleted.
+    """A consumed DLPack tensor; frees the producer's handle when deleted (a GPU tensor
+    first waits for :attr:`stream`, the stream dprec's work on it runs on).
 
     Only :func:`dlpack_import` creates one (the class has no Python constructor).
     """
+
+    stream: int
+    @property
+    def on_gpu(self) -> bool: ...
 
     @property
     def ptr(self) -> int:
