@@ -18,6 +18,21 @@ ISAS = dprec.runtime.available_isas() if NATIVE else []
 requires_native = pytest.mark.skipif(not NATIVE, reason="the native CPU module is not built")
 
 
+def gpu_test_modules():
+    """For a module of GPU tests: skip it (at collection, with the reason) unless dprec's CUDA
+    backend and PyTorch's CUDA both work here; return ``(torch, cupy)``, cupy None when absent."""
+    if not CUDA:
+        pytest.skip(f"no usable CUDA backend: {dprec.cuda.unavailable_reason()}", allow_module_level=True)
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():  # pragma: no cover - dprec sees a GPU that torch does not
+        pytest.skip("PyTorch has no CUDA support here", allow_module_level=True)
+    try:
+        import cupy
+    except ImportError:  # pragma: no cover - CuPy is optional
+        cupy = None
+    return torch, cupy
+
+
 @pytest.fixture(params=ISAS or [None], ids=lambda isa: isa or "no-native")
 def isa(request):
     """Each SIMD instruction set this CPU supports, restored to 'auto' afterwards."""

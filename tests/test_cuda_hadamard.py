@@ -10,24 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import dprec
 from dprec import _backend
 from dprec.hadamard import RandomizedHadamard, fwht
 
-from .conftest import CUDA, requires_cuda
+from .conftest import gpu_test_modules, requires_cuda
 
-if not CUDA:
-    pytest.skip(f"no usable CUDA backend: {dprec.cuda.unavailable_reason()}", allow_module_level=True)
+torch, cupy = gpu_test_modules()  # skips this module without a usable GPU (with the reason)
 pytestmark = requires_cuda
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():  # pragma: no cover - dprec sees a GPU that torch does not
-    pytest.skip("PyTorch has no CUDA support here", allow_module_level=True)
-
-try:
-    import cupy
-except ImportError:  # pragma: no cover - CuPy is optional
-    cupy = None
 
 _TORCH = {np.float32: torch.float32, np.float64: torch.float64}
 

@@ -446,21 +446,28 @@ DPREC_INLINE void fwht_butterfly(T& a, T& b) {
     b = x - y;
 }
 
+// The signs of this thread's elements as a mask, bit 4k + j for element j of quad k
+// (elements past the end count as +1).
+template <class T>
+DPREC_INLINE uint32_t fwht_sign_mask(const FwhtPass& p, uint64_t base, uint32_t t) {
+    constexpr int kQuads = fwht_per_thread<T>() / 4;
+    uint32_t neg = 0;
+    DPREC_FWHT_UNROLL
+    for (int k = 0; k < kQuads; ++k) {
+        const uint32_t i0 = fwht_quad_index(p, t, k);
+        if (fwht_element(p, base, i0) < p.total()) neg |= fwht_quad_signs(p, base, i0) << (4 * k);
+    }
+    return neg;
+}
+
 template <class T>
 DPREC_INLINE void fwht_load_phase(const FwhtPass& p, uint64_t block, uint32_t t, const T* src, T* buf) {
     constexpr int kPer = fwht_per_thread<T>();
     constexpr int kQuads = kPer / 4;
     const uint64_t base = fwht_block_base(p, block);
-    // The signs first (bit 4k + j for element j of quad k), while no value is live yet:
-    // Philox next to 2^s loaded values would not fit 64 registers.
-    uint32_t neg = 0;
-    if (p.sign == static_cast<int>(FwhtSign::kLoad)) {
-        DPREC_FWHT_UNROLL
-        for (int k = 0; k < kQuads; ++k) {
-            const uint32_t i0 = fwht_quad_index(p, t, k);
-            if (fwht_element(p, base, i0) < p.total()) neg |= fwht_quad_signs(p, base, i0) << (4 * k);
-        }
-    }
+    // The signs first, while no value is live yet: Philox next to 2^s loaded values would
+    // not fit 64 registers.
+    const uint32_t neg = p.sign == static_cast<int>(FwhtSign::kLoad) ? fwht_sign_mask<T>(p, base, t) : 0u;
     T v[kPer];
     if (fwht_plain_block(p, base, src, p.in_cols)) {
         // All loads first, so that each thread has its 128 bytes in flight at once.
@@ -565,14 +572,7 @@ DPREC_INLINE void fwht_store_phase(const FwhtPass& p, uint64_t block, uint32_t t
     constexpr int kQuads = kPer / 4;
     const uint64_t base = fwht_block_base(p, block);
     // The signs first, before the values are read (as in the load phase).
-    uint32_t neg = 0;
-    if (p.sign == static_cast<int>(FwhtSign::kStore)) {
-        DPREC_FWHT_UNROLL
-        for (int k = 0; k < kQuads; ++k) {
-            const uint32_t i0 = fwht_quad_index(p, t, k);
-            if (fwht_element(p, base, i0) < p.total()) neg |= fwht_quad_signs(p, base, i0) << (4 * k);
-        }
-    }
+    const uint32_t neg = p.sign == static_cast<int>(FwhtSign::kStore) ? fwht_sign_mask<T>(p, base, t) : 0u;
     const T* const mine = fwht_opaque(buf);
     T v[kPer];
     DPREC_FWHT_UNROLL

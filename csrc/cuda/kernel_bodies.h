@@ -237,15 +237,27 @@ DPREC_INLINE uint64_t argmax_group_of(uint64_t t, const int64_t* thread_offsets,
     return lo;
 }
 
+// Thread t's items: group `group`'s items first, first + stride, ... below end.
+struct ArgmaxSlice {
+    uint64_t group;
+    int64_t stride, first, end;
+};
+
+DPREC_INLINE ArgmaxSlice argmax_slice(uint64_t t, const int64_t* item_offsets, const int64_t* thread_offsets,
+                                      uint64_t n_groups) {
+    const uint64_t g = argmax_group_of(t, thread_offsets, n_groups);
+    return ArgmaxSlice{g, thread_offsets[g + 1] - thread_offsets[g],
+                       item_offsets[g] + (static_cast<int64_t>(t) - thread_offsets[g]), item_offsets[g + 1]};
+}
+
 // Level 0: the winner among the thread's elements, as a flat index into logits.
 // `best_values` may be null on the last level (every group has at most 256 elements).
 DPREC_INLINE void gumbel_argmax_first_level_thread(uint64_t t, const double* logits, const double* gumbel,
                                                    const int64_t* item_offsets, const int64_t* thread_offsets,
                                                    uint64_t n_groups, double* best_values, int64_t* best_indices) {
-    const uint64_t g = argmax_group_of(t, thread_offsets, n_groups);
-    const int64_t stride = thread_offsets[g + 1] - thread_offsets[g];
-    const int64_t first = item_offsets[g] + (static_cast<int64_t>(t) - thread_offsets[g]);
-    const int64_t end = item_offsets[g + 1];
+    const ArgmaxSlice s = argmax_slice(t, item_offsets, thread_offsets, n_groups);
+    const uint64_t g = s.group;
+    const int64_t stride = s.stride, first = s.first, end = s.end;
     int64_t best = first;
     double best_value = logits[first] + gumbel[first];
     // Only the group's first element may stay a NaN winner (the CPU's scan starts there).
@@ -272,10 +284,8 @@ DPREC_INLINE void gumbel_argmax_first_level_thread(uint64_t t, const double* log
 DPREC_INLINE void gumbel_argmax_next_level_thread(uint64_t t, const double* values, const int64_t* indices,
                                                   const int64_t* item_offsets, const int64_t* thread_offsets,
                                                   uint64_t n_groups, double* best_values, int64_t* best_indices) {
-    const uint64_t g = argmax_group_of(t, thread_offsets, n_groups);
-    const int64_t stride = thread_offsets[g + 1] - thread_offsets[g];
-    const int64_t first = item_offsets[g] + (static_cast<int64_t>(t) - thread_offsets[g]);
-    const int64_t end = item_offsets[g + 1];
+    const ArgmaxSlice s = argmax_slice(t, item_offsets, thread_offsets, n_groups);
+    const int64_t stride = s.stride, first = s.first, end = s.end;
     int64_t best = indices[first];
     double best_value = values[first];
     for (int64_t p = first + stride; p < end; p += stride) {
