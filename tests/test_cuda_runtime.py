@@ -6,6 +6,7 @@ needed for some (it is built wherever nvcc was found); they skip without it.
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 
@@ -179,3 +180,36 @@ def test_a_host_dlpack_import_is_not_treated_as_gpu_memory():
     t.stream = 5  # the stream a GPU import would wait for before it is released
     assert t.stream == 5
     del t  # a host import releases at once, without touching a device
+
+
+# ---------------------------------------------------------------------------------------
+# What the kernels were compiled for (issue 14): reported without a GPU
+# ---------------------------------------------------------------------------------------
+
+_CMAKE_CUDA_ARCH = r"^(\d{2,3}[af]?(-real|-virtual)?|native|all|all-major)$"
+
+
+@requires_cuda_build
+def test_build_architectures_names_cmake_cuda_targets():
+    import dprec.cuda
+
+    archs = dprec.cuda.build_architectures()
+    assert archs, "a CUDA build must say which GPUs its kernels are for"
+    for arch in archs:
+        assert re.match(_CMAKE_CUDA_ARCH, arch), arch
+
+
+@requires_cuda_build
+def test_dprec_info_prints_the_cuda_targets(capsys):
+    from dprec.__main__ import main
+
+    main(["info"])
+    out = capsys.readouterr().out
+    assert "CUDA kernels built for: " + ", ".join(_backend.cuda_build_architectures()) in out
+
+
+def test_build_architectures_is_empty_without_the_cuda_extension(monkeypatch):
+    import dprec.cuda
+
+    monkeypatch.setattr(_backend, "_cuda", None)
+    assert dprec.cuda.build_architectures() == []

@@ -68,6 +68,11 @@ void bind_cuda_runtime(py::module_& m) {
     m.def("unavailable_reason", &cuda::unavailable_reason, "Why no device is usable; '' when one is.");
     m.def("device_name", [](int device) { return cuda::device_name(checked_device(device)); }, py::arg("device"));
     m.def("runtime_version", &cuda::runtime_version);
+#ifndef DPREC_CUDA_ARCHITECTURES
+#define DPREC_CUDA_ARCHITECTURES ""
+#endif
+    m.def("build_architectures", [] { return std::string(DPREC_CUDA_ARCHITECTURES); },
+          "The CMake CUDA architectures the kernels were compiled for, comma-separated.");
     m.def("driver_version", &cuda::driver_version);
     m.def("pointer_device", &cuda::pointer_device, py::arg("ptr"),
           "The device owning a device/managed pointer, or -1 for host or unknown memory.");

@@ -91,6 +91,13 @@ def device_count() -> int:
     return int(_cuda.device_count()) if _cuda is not None else 0
 
 
+def cuda_build_architectures() -> list[str]:
+    """The CUDA architectures the kernels were built for; [] when the CUDA extension is absent."""
+    if _cuda is None:
+        return []
+    return [a for a in str(_cuda.build_architectures()).split(",") if a]
+
+
 def cuda_module() -> ModuleType:
     """The compiled CUDA module (ValueError with the reason when it cannot be used)."""
     if _cuda is None or not cuda_available():

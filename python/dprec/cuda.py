@@ -40,6 +40,7 @@ __all__ = [
     "unavailable_reason",
     "device_count",
     "device_name",
+    "build_architectures",
     "DeviceArray",
     "empty_cache",
     "memory_pool_reserved",
@@ -61,6 +62,16 @@ def unavailable_reason() -> str:
 def device_count() -> int:
     """Number of usable CUDA devices (0 without a CUDA build, a driver or a GPU)."""
     return _backend.device_count()
+
+
+def build_architectures() -> list[str]:
+    """The GPU targets this build's kernels were compiled for, as CMake names them.
+
+    ``"90"`` is machine code for sm_90 plus PTX, ``"80-real"`` machine code only and
+    ``"75-virtual"`` PTX only, which the driver compiles for the GPU at first use. Empty when
+    dprec was built without CUDA. Works without a GPU or driver.
+    """
+    return _backend.cuda_build_architectures()
 
 
 def device_name(device: int = 0) -> str:
