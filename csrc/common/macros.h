@@ -8,7 +8,7 @@
 #endif
 
 // Internal linkage on purpose: these headers are included by translation units built
-// with different ISA flags (baseline, AVX2, AVX-512). With external inline linkage the
+// with different ISA flags (baseline, AVX2, AVX-512; NEON on AArch64). With external inline linkage the
 // linker could keep an AVX-512 copy of a helper and call it from baseline code.
 #define DPREC_INLINE DPREC_HD static inline
 

@@ -40,6 +40,10 @@ std::vector<const KernelTable*> supported_tables() {
     if (msvc_cpu_supports(true)) tables.push_back(kernel_table_avx512());
     if (msvc_cpu_supports(false)) tables.push_back(kernel_table_avx2());
 #endif
+#if defined(DPREC_HAVE_NEON_KERNELS)
+    // Advanced SIMD is part of the AArch64 base architecture: nothing to detect.
+    tables.push_back(kernel_table_neon());
+#endif
     tables.push_back(kernel_table_baseline());
     return tables;
 }

@@ -1,4 +1,4 @@
-// Run-time choice of the kernel table (baseline, AVX2, AVX-512).
+// Run-time choice of the kernel table (baseline, AVX2, AVX-512 on x86-64; baseline, NEON on AArch64).
 #pragma once
 
 #include <string>
@@ -11,7 +11,8 @@ namespace dprec::cpu {
 // The table in use: the best the CPU supports, unless DPREC_ISA or set_isa chose another.
 const KernelTable& kernels();
 
-// Names of the tables this CPU can run, best first ("avx512", "avx2", "baseline").
+// Names of the tables this CPU can run, best first: ("avx512", "avx2", "baseline") on x86-64,
+// ("neon", "baseline") on AArch64, ("baseline") elsewhere.
 std::vector<std::string> available_isas();
 
 // Selects a table by name, or "auto" for the best. Throws std::invalid_argument for a

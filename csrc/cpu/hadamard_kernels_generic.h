@@ -1,5 +1,5 @@
 // FWHT in-cache kernels written once over SIMD traits S (simd_scalar.h, simd_avx2.h,
-// simd_avx512.h). Included by kernels_<isa>.cpp inside an anonymous namespace, next to
+// simd_avx512.h, simd_neon.h). Included by kernels_<isa>.cpp inside an anonymous namespace, next to
 // kernels_generic.h; hadamard.cpp does the blocking and threading and calls these through
 // the KernelTable.
 //

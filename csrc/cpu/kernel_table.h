@@ -1,11 +1,27 @@
 // The per-ISA kernel entry points. Each ISA translation unit (kernels_baseline.cpp,
-// kernels_avx2.cpp, kernels_avx512.cpp) fills one table; dispatch.cpp picks one at run time.
+// kernels_avx2.cpp, kernels_avx512.cpp on x86-64, kernels_neon.cpp on AArch64) fills one
+// table; dispatch.cpp picks one at run time.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "../common/philox.h"
+
+// CMake defines DPREC_HAVE_X86_KERNELS (x86-64 targets) or DPREC_HAVE_NEON_KERNELS (AArch64
+// targets). Each is dropped here when the compiler's own target disagrees (a misconfigured
+// build; one slice of a macOS universal binary, where every file is compiled for both
+// architectures): the per-ISA files then compile to nothing and dispatch.cpp offers the
+// baseline alone, rather than failing to compile or to link. MSVC's arm_neon.h gives all
+// 128-bit vector types one type (__n128), which the overloads of the generic kernels cannot
+// tell apart, so MSVC (not clang-cl) on ARM64 gets the baseline too.
+#if defined(DPREC_HAVE_X86_KERNELS) && !(defined(__x86_64__) || defined(_M_X64))
+#undef DPREC_HAVE_X86_KERNELS
+#endif
+#if defined(DPREC_HAVE_NEON_KERNELS) && \
+    (!(defined(__aarch64__) || defined(_M_ARM64)) || (defined(_MSC_VER) && !defined(__clang__)))
+#undef DPREC_HAVE_NEON_KERNELS
+#endif
 
 namespace dprec::cpu {
 
@@ -66,6 +82,9 @@ const KernelTable* kernel_table_baseline();
 #if defined(DPREC_HAVE_X86_KERNELS)
 const KernelTable* kernel_table_avx2();
 const KernelTable* kernel_table_avx512();
+#endif
+#if defined(DPREC_HAVE_NEON_KERNELS)
+const KernelTable* kernel_table_neon();
 #endif
 
 }  // namespace dprec::cpu

@@ -1,5 +1,9 @@
 // The avx2 instantiation of kernels_generic.h. CMake compiles this file with avx2 flags;
-// dispatch.cpp calls it only when the CPU and the OS support avx2.
+// dispatch.cpp calls it only when the CPU and the OS support avx2. On a target that is not
+// x86-64 kernel_table.h leaves DPREC_HAVE_X86_KERNELS undefined and this file compiles to nothing.
+#include "kernel_table.h"
+
+#if defined(DPREC_HAVE_X86_KERNELS)
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -9,7 +13,6 @@
 #endif
 #include <immintrin.h>
 
-#include "kernel_table.h"
 #include "../common/normal_transform.h"
 #include "../common/philox.h"
 
@@ -23,3 +26,4 @@ namespace {
 namespace dprec::cpu {
 const KernelTable* kernel_table_avx2() { return GenericKernels<SimdAvx2>::table(); }
 }  // namespace dprec::cpu
+#endif  // DPREC_HAVE_X86_KERNELS

@@ -1,5 +1,5 @@
 // DP-REC kernels written once over SIMD traits S (simd_scalar.h, simd_avx2.h,
-// simd_avx512.h). Each kernels_<isa>.cpp includes this inside an anonymous namespace,
+// simd_avx512.h, simd_neon.h). Each kernels_<isa>.cpp includes this inside an anonymous namespace,
 // so every ISA gets private copies and the linker can never mix them up.
 //
 // Lane l of a vector computes Philox block (block0 + l); its four words become the

@@ -42,7 +42,12 @@ def get_num_threads() -> int:
 
 
 def available_isas() -> list[str]:
-    """SIMD instruction sets this CPU can run, best first (e.g. ``["avx512", "avx2", "baseline"]``)."""
+    """SIMD instruction sets this CPU can run, best first.
+
+    ``["avx512", "avx2", "baseline"]`` on x86-64 (without the ones the CPU lacks),
+    ``["neon", "baseline"]`` on AArch64 (Linux aarch64, macOS arm64), ``["baseline"]`` elsewhere
+    and in macOS universal2 builds.
+    """
     return list(native().available_isas())
 
 
