@@ -4,7 +4,7 @@
 // exact integer operation, in the same order as python/dprec/reference/philox.py, so
 // the NumPy reference, each CPU ISA and CUDA produce bit-identical floats. Build this
 // without fast-math and with FMA contraction off (-ffp-contract=off, nvcc -fmad=false).
-// The SIMD version in csrc/cpu/simd_transform.h follows the same steps lane-wise.
+// The SIMD version in csrc/cpu/kernels_generic.h follows the same steps lane-wise.
 #pragma once
 
 #include <cstdint>

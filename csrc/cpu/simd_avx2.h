@@ -61,7 +61,6 @@ struct SimdAvx2 {
     static M gtf(F a, F b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
     static F select_f(M m, F a, F b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
 
-    // out[4 l + j] = z_j[l] for l < 8: a 4x4 transpose in each 128-bit half, then halves.
     static U loadu(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
     static void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
 
@@ -86,6 +85,7 @@ struct SimdAvx2 {
         v = _mm256_add_ps(_mm256_permute2f128_ps(v, v, 0x01), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, s, s, s, s))));
         return v;
     }
+    // out[4 l + j] = z_j[l] for l < 8: a 4x4 transpose in each 128-bit half, then halves.
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         const __m256 t0 = _mm256_unpacklo_ps(z0, z1);  // z0[0] z1[0] z0[1] z1[1] | lanes 4,5
         const __m256 t1 = _mm256_unpackhi_ps(z0, z1);  // z0[2] z1[2] z0[3] z1[3] | lanes 6,7
@@ -113,7 +113,9 @@ struct SimdAvx2 {
     static void dot_step(F z, const double* phi, Acc& acc) {
         const __m256d zlo = _mm256_cvtps_pd(_mm256_castps256_ps128(z));
         const __m256d zhi = _mm256_cvtps_pd(_mm256_extractf128_ps(z, 1));
-        // A fused multiply-add is exact here: the product of two floats fits a double.
+        // Fused, as on NEON: where phi holds float32 values the product is exact in double and
+        // fused and separate multiply-adds agree; with float64 phi they may differ in the last
+        // bit from the baseline's separate ones (logits are compared within a tolerance).
         acc.lo = _mm256_fmadd_pd(zlo, _mm256_loadu_pd(phi), acc.lo);
         acc.hi = _mm256_fmadd_pd(zhi, _mm256_loadu_pd(phi + 4), acc.hi);
     }

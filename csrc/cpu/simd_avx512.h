@@ -112,7 +112,6 @@ struct SimdAvx512 {
     static M gtf(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
     static F select_f(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
 
-    // out[4 l + j] = z_j[l] for l < 16: 4x4 transposes per 128-bit lane, then lanes.
     static U loadu(const uint32_t* p) { return _mm512_loadu_si512(p); }
     static void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
 
@@ -141,6 +140,7 @@ struct SimdAvx512 {
         v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xFF00), w, v);
         return v;
     }
+    // out[4 l + j] = z_j[l] for l < 16: 4x4 transposes per 128-bit lane, then lanes.
     static void store4f(float* out, F z0, F z1, F z2, F z3) {
         const __m512 t0 = _mm512_unpacklo_ps(z0, z1);
         const __m512 t1 = _mm512_unpackhi_ps(z0, z1);
@@ -172,7 +172,9 @@ struct SimdAvx512 {
     static void dot_step(F z, const double* phi, Acc& acc) {
         const __m512d zlo = _mm512_cvtps_pd(_mm512_castps512_ps256(z));
         const __m512d zhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
-        // A fused multiply-add is exact here: the product of two floats fits a double.
+        // Fused, as on NEON: where phi holds float32 values the product is exact in double and
+        // fused and separate multiply-adds agree; with float64 phi they may differ in the last
+        // bit from the baseline's separate ones (logits are compared within a tolerance).
         acc.lo = _mm512_fmadd_pd(zlo, _mm512_loadu_pd(phi), acc.lo);
         acc.hi = _mm512_fmadd_pd(zhi, _mm512_loadu_pd(phi + 8), acc.hi);
     }
