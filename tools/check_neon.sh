@@ -191,6 +191,10 @@ chmod +x "$BUILD_DIR/python3.11-aarch64"
 # <aarch64-linux-gnu/python3.11/pyconfig.h>: give the compiler just that directory.
 mkdir -p "$BUILD_DIR/pyinc/$CROSS"
 ln -sfn "$SYSROOT/usr/include/$CROSS/python3.11" "$BUILD_DIR/pyinc/$CROSS/python3.11"
+# A build directory configured from another checkout cannot be reused.
+if [ -f "$BUILD_DIR/core/CMakeCache.txt" ] && ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD_DIR/core/CMakeCache.txt"; then
+    rm -rf "$BUILD_DIR/core"
+fi
 cmake -S "$ROOT" -B "$BUILD_DIR/core" \
   -DCMAKE_TOOLCHAIN_FILE="$BUILD_DIR/toolchain-aarch64.cmake" \
   -DCMAKE_BUILD_TYPE=Release \
