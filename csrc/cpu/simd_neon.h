@@ -118,12 +118,7 @@ struct SimdNeon {
         vst4q_f32(out, z);
     }
     static void store4u(uint32_t* out, U w0, U w1, U w2, U w3) {
-        uint32x4x4_t w;
-        w.val[0] = w0;
-        w.val[1] = w1;
-        w.val[2] = w2;
-        w.val[3] = w3;
-        vst4q_u32(out, w);
+        store4f(reinterpret_cast<float*>(out), as_float(w0), as_float(w1), as_float(w2), as_float(w3));
     }
 
     static Acc acc_load(const double* p) { return Acc{vld1q_f64(p), vld1q_f64(p + 2)}; }

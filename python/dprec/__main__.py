@@ -31,8 +31,9 @@ def _info() -> int:
         print(f"CUDA: {names} (runtime {_backend.cuda_module().runtime_version()})")
     else:
         print(f"CUDA backend unavailable: {_backend.cuda_unavailable_reason()}")
-    if _backend.cuda_build_architectures():
-        print(f"CUDA kernels built for: {', '.join(_backend.cuda_build_architectures())}")
+    cuda_targets = _backend.cuda_build_architectures()
+    if cuda_targets:
+        print(f"CUDA kernels built for: {', '.join(cuda_targets)}")
     if _backend.native_available():
         from . import runtime  # noqa: PLC0415
 
