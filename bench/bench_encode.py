@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from dprec import _backend, bench, rec, runtime
+from dprec import _native, bench, rec, runtime
 
 
 def _time(fn, repeat: int) -> float:
@@ -31,7 +31,7 @@ def _time(fn, repeat: int) -> float:
 
 
 def _encode_gen_decode(d: int, bits: int, repeat: int) -> tuple[float, float, float]:
-    core = _backend.native()
+    core = _native.native()
     k = 1 << bits
     phi = (np.random.default_rng(1).standard_normal(d) * 1e-5).astype(np.float32)
     buf = np.empty(min(d, 1 << 20), dtype=np.float32)

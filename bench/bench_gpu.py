@@ -50,7 +50,7 @@ import numpy as np
 
 import dprec
 import dprec.cuda
-from dprec import _backend, rec
+from dprec import _native, rec
 
 if TYPE_CHECKING:
     import torch
@@ -190,7 +190,7 @@ def torch_encode(phi: torch.Tensor, k: int, chunk_k: int, gen: torch.Generator, 
 def bench_encode(d_log2: int, bits: int, repeat: int, min_time_s: float, chunk_bytes: int) -> EncodeRow:
     import torch
 
-    cm = _backend.cuda_module()
+    cm = _native.cuda_module()
     d, k = 1 << d_log2, 1 << bits
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(1000 + d_log2)
@@ -281,7 +281,7 @@ class DecodeRow:
 def bench_decode(d_log2: int, repeat: int, min_time_s: float) -> DecodeRow:
     import torch
 
-    cm = _backend.cuda_module()
+    cm = _native.cuda_module()
     d = 1 << d_log2
     device = torch.device("cuda", torch.cuda.current_device())
     buf = torch.empty(d, device=device)  # float32
@@ -415,7 +415,7 @@ def header_lines() -> list[str]:
     import torch
 
     dev = torch.cuda.current_device()
-    cm = _backend.cuda_module()
+    cm = _native.cuda_module()
     mem = torch.cuda.get_device_properties(dev).total_memory
     return [
         f"GPU: {torch.cuda.get_device_name(dev)} ({_bytes(mem)}); dprec sees: {dprec.cuda.device_name(dev)}",

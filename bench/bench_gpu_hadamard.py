@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import gpu_median_times, header_lines, unavailable_reason  # noqa: E402
-from dprec import _backend  # noqa: E402
+from dprec import _native  # noqa: E402
 from dprec.hadamard import RandomizedHadamard, fwht  # noqa: E402
 
 TARGET_VS_COPY = 1.5
@@ -53,7 +53,7 @@ def bench_row(rows: int, log2n: int, repeat: int, min_time_s: float) -> dict[str
     device = torch.device("cuda", torch.cuda.current_device())
     x = torch.randn(rows, n, device=device)
     y = torch.empty_like(x)
-    cm = _backend.cuda_module()
+    cm = _native.cuda_module()
     dev = device.index
     stream = torch.cuda.current_stream(device).cuda_stream
     rot = RandomizedHadamard(n, _SEED)
@@ -88,7 +88,7 @@ def max_buf_log2() -> int:
 
 
 def plan_text(rows: int, log2n: int) -> str:
-    passes = _backend.native().gpu_emulation.fwht_plan(1 << log2n, rows, "float32", max_buf_log2())
+    passes = _native.native().gpu_emulation.fwht_plan(1 << log2n, rows, "float32", max_buf_log2())
     parts = []
     for q in passes:
         run = f"@{4 << q['lo']}B" if q["lo"] else ""

@@ -53,7 +53,7 @@ from typing import Any, Callable
 import numpy as np
 
 import dprec
-from dprec import _backend, philox
+from dprec import _native, philox
 from dprec.constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
 from dprec.sketch import MAX_GPU_MEDIAN_ROWS, CountSketch
 
@@ -96,7 +96,7 @@ def bench_row(d_log2: int, rows: int, cols: int, repeat: int, min_time_s: float)
     cs = CountSketch(d, rows, cols, seed=_SEED)
     gen = torch.Generator(device=device).manual_seed(d_log2)
     x = torch.randn(d, device=device, generator=gen)
-    cm = _backend.cuda_module()
+    cm = _native.cuda_module()
     dev, stream = device.index, torch.cuda.current_stream(device).cuda_stream
     table = torch.zeros(cs.shape, device=device)
     t_flat = table.view(-1)

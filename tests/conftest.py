@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import dprec
-from dprec import _backend
+from dprec import _dispatch, _native
 
 # Backends that take host (NumPy) arrays; the CUDA backend has its own tests (test_cuda.py).
-BACKENDS = [b for b in _backend.available_backends() if b != "cuda"]
-CUDA = _backend.cuda_available()
-requires_cuda = pytest.mark.skipif(not CUDA, reason=f"no CUDA backend here: {_backend.cuda_unavailable_reason()}")
-NATIVE = _backend.native_available()
+BACKENDS = [b for b in _dispatch.available_backends() if b != "cuda"]
+CUDA = _native.cuda_available()
+requires_cuda = pytest.mark.skipif(not CUDA, reason=f"no CUDA backend here: {_native.cuda_unavailable_reason()}")
+NATIVE = _native.native_available()
 ISAS = dprec.runtime.available_isas() if NATIVE else []
 
 requires_native = pytest.mark.skipif(not NATIVE, reason="the native CPU module is not built")

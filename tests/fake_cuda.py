@@ -1,6 +1,6 @@
 """A fake ``dprec._cuda`` for machines without a GPU (a test helper, not a test module).
 
-The Python plumbing of the CUDA backend (``dprec._device``, the GPU branches of
+The Python plumbing of the CUDA backend (``dprec._arrays``, ``dprec._frameworks``, the CUDA backend ``dprec._backends.cuda`` behind
 ``dprec.rec``, ``dprec.philox``, ``dprec.codec``, ``dprec.hadamard`` and ``dprec.sketch``,
 ``dprec.cuda.DeviceArray``) only talks to the compiled module through the functions of
 csrc/python/bind_cuda_runtime.cpp, bind_cuda_rec.cpp, bind_cuda_hadamard.cpp and
@@ -20,7 +20,7 @@ order, on host memory:
 * every call is recorded in :attr:`FakeCuda.calls` as ``Call(name, stream, args)`` so tests
   can assert which stream the plumbing used.
 
-Use the :func:`fake_cuda` fixture, which installs the fake as ``dprec._backend._cuda`` for
+Use the :func:`fake_cuda` fixture, which installs the fake as ``dprec._native._cuda`` for
 one test.
 """
 
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from dprec import _backend
+from dprec import _native
 
 MAX_STREAM_ELEMENTS = 1 << 34
 _FLOAT_TYPES = {"float32": np.float32, "float64": np.float64}
@@ -48,7 +48,7 @@ class Call(NamedTuple):
 
 
 def _emu() -> Any:
-    return _backend.native().gpu_emulation
+    return _native.native().gpu_emulation
 
 
 def _uint(value: Any, name: str) -> int:
@@ -580,7 +580,7 @@ class FakeCuda:
         return real.dlpack_import(capsule)
 
 
-_REAL_CUDA = _backend._cuda
+_REAL_CUDA = _native._cuda
 
 
 def _buffer_class(fake: FakeCuda) -> type:
@@ -694,13 +694,13 @@ class FakeGpuArray:
 def install(monkeypatch: pytest.MonkeyPatch, fake: FakeCuda | None = None) -> FakeCuda:
     """Make ``fake`` dprec's CUDA module for the rest of the test (undone by monkeypatch)."""
     fake = FakeCuda() if fake is None else fake
-    monkeypatch.setattr(_backend, "_cuda", fake)
-    monkeypatch.setattr(_backend, "_CUDA_BUILT", True)
-    monkeypatch.setattr(_backend, "_cuda_reason", "")
+    monkeypatch.setattr(_native, "_cuda", fake)
+    monkeypatch.setattr(_native, "_CUDA_BUILT", True)
+    monkeypatch.setattr(_native, "_cuda_reason", "")
     return fake
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
-    """A :class:`FakeCuda` installed as ``dprec._backend._cuda`` for one test."""
+    """A :class:`FakeCuda` installed as ``dprec._native._cuda`` for one test."""
     return install(monkeypatch)

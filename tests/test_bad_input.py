@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dprec
-from dprec import _backend, rec
+from dprec import _native, rec
 
 from .conftest import BACKENDS, requires_native
 
@@ -161,7 +161,7 @@ def test_device_mismatch_is_a_clear_error():
 
 @requires_native
 def test_native_layer_checks_what_python_cannot():
-    core = _backend.native()
+    core = _native.native()
     with pytest.raises(TypeError, match="out"):
         core.stream_normals(1, 0, 0, 0, 0, 1.0, np.zeros(4, np.float64))
     with pytest.raises(ValueError, match="C-contiguous"):
@@ -192,7 +192,7 @@ def test_native_finiteness_check_finds_each_position(dtype, n, bad, threads, isa
     """_core.all_finite (the check behind every public function) against np.isfinite, on
     every ISA: each non-finite value, first, last or inside a later work item, and the
     largest finite value, which must pass."""
-    core = _backend.native()
+    core = _native.native()
     value = np.finfo(dtype).max if bad == "max" else bad
     for t in (1, 2):
         threads(t)
@@ -217,11 +217,11 @@ def test_non_finite_rejected_in_large_arrays(bad):
 @pytest.mark.parametrize("bad", [np.nan, -np.inf])
 def test_finiteness_check_without_the_native_module(monkeypatch, bad):
     """With no native module the same check runs in NumPy, with the same message."""
-    from dprec import _validation
+    from dprec import _arrays
 
-    monkeypatch.setattr(_backend, "_native", None)
+    monkeypatch.setattr(_native, "_native", None)
     x = np.ones((3, 5), np.float64)
-    assert _validation.float_array(x, "x") is not None
+    assert _arrays.float_input(x, "x") is not None
     x[2, 4] = bad
     with pytest.raises(ValueError, match="x contains"):
-        _validation.float_array(x, "x")
+        _arrays.float_input(x, "x")

@@ -163,7 +163,7 @@ def test_logits_bit_identical_to_the_host_emulation_of_the_kernels(d, bits):
     phi = torch.randn(d, device="cuda", generator=g)
     gpu = rec.logits(phi, 77, 5, bits, sigma=1.0)
     emu = np.empty(1 << bits)
-    dprec._backend.native().gpu_emulation.rec_dot_products(phi.cpu().numpy(), 77, 5, 1.0, emu)
+    dprec._native.native().gpu_emulation.rec_dot_products(phi.cpu().numpy(), 77, 5, 1.0, emu)
     assert np.array_equal(_bits(gpu), _bits(emu))
 
 
@@ -242,8 +242,8 @@ def test_sampling_k_2_24_matches_cpu():
 def test_gumbel_argmax_bit_identical_to_the_host_emulation():
     # Many groups of mixed sizes (one, two and three levels), ties, NaN and -inf, through
     # the binding itself (the public API refuses non-finite logits).
-    cuda = dprec._backend.cuda_module()
-    emu = dprec._backend.native().gpu_emulation
+    cuda = dprec._native.cuda_module()
+    emu = dprec._native.native().gpu_emulation
     sizes = [1, 2, 255, 256, 257, 257 * 256, (1 << 20) + 3] + [128] * 300 + [3, 1]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(offsets[-1])
@@ -258,7 +258,7 @@ def test_gumbel_argmax_bit_identical_to_the_host_emulation():
         lg = torch.tensor(logits, device="cuda")
         got = cuda.gumbel_argmax(lg.device.index, 0, lg.data_ptr(), noise, offsets)
         assert np.array_equal(got, emu.gumbel_argmax(logits, noise, offsets)), trial
-        cpu = [dprec._backend.native().gumbel_argmax(logits[a:b], noise[a:b]) for a, b in zip(offsets, offsets[1:])]
+        cpu = [dprec._native.native().gumbel_argmax(logits[a:b], noise[a:b]) for a, b in zip(offsets, offsets[1:])]
         assert got.tolist() == cpu, trial
 
 
@@ -424,8 +424,8 @@ def test_codec_clips_extreme_float64_updates_on_gpu():
 def test_norm_stats_bit_identical_to_the_host_emulation(dtype):
     # The finiteness check of every GPU entry point: one launch for the per-thread pairs,
     # then (sum, max) levels; the host runs the same bodies in the same order.
-    cuda = dprec._backend.cuda_module()
-    emu = dprec._backend.native().gpu_emulation
+    cuda = dprec._native.cuda_module()
+    emu = dprec._native.native().gpu_emulation
     name = "float32" if dtype == torch.float32 else "float64"
     g = torch.Generator(device="cuda").manual_seed(8)
     xs = [torch.randn(n, device="cuda", dtype=dtype, generator=g) * 3 for n in (1, 257, 70_001, (1 << 24) + 3)]
@@ -499,7 +499,7 @@ def test_wrong_sizes_are_rejected():
 
 
 def test_binding_layer_checks_pointers():
-    cuda = dprec._backend.cuda_module()
+    cuda = dprec._native.cuda_module()
     host = np.zeros(8, np.float32)
     with pytest.raises(ValueError, match="not CUDA device memory"):
         cuda.stream_normals(0, 0, 1, 0, 0, 0, 0, 8, 1.0, host.ctypes.data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprec import _backend
+from dprec import _native
 from dprec.hadamard import RandomizedHadamard, fwht
 
 from .conftest import gpu_test_modules, requires_cuda
@@ -183,7 +183,7 @@ def test_bad_input():
         fwht(np.ones(8), backend="cuda")
     with pytest.raises(ValueError, match="length dim=10"):
         RandomizedHadamard(10, seed=1).forward(x)
-    cm = _backend.cuda_module()
+    cm = _native.cuda_module()
     with pytest.raises(ValueError, match="not CUDA device memory"):
         host = np.ones(8, np.float32)
         cm.fwht(0, 0, host.ctypes.data, host.ctypes.data, "float32", 1, 8, True)

@@ -20,12 +20,12 @@ import pytest
 
 import dprec
 import dprec.cuda
-from dprec import _backend, _device, philox, rec
+from dprec import _arrays, _dispatch, _frameworks, _native, philox, rec
 from dprec.codec import DPRECCodec
 
 from .conftest import BACKENDS, CUDA
 
-BUILT = _backend.cuda_built()
+BUILT = _native.cuda_built()
 requires_built = pytest.mark.skipif(not BUILT, reason="dprec._cuda is not built here")
 without_gpu = pytest.mark.skipif(CUDA, reason="a usable GPU is present")
 KDL_CPU, KDL_CUDA, KDL_CUDA_MANAGED = 1, 2, 13
@@ -36,7 +36,7 @@ def cu():
     """The compiled CUDA module, usable for its checks even without a device."""
     if not BUILT:
         pytest.skip("dprec._cuda is not built here")
-    return _backend._cuda
+    return _native._cuda
 
 
 # ---------------------------------------------------------------------------------------
@@ -49,12 +49,12 @@ def test_unavailable_reason_is_reported():
     reason = dprec.cuda.unavailable_reason()
     assert isinstance(reason, str) and reason.strip()
     assert not dprec.cuda.is_available()
-    assert _backend.cuda_unavailable_reason() == reason
+    assert _native.cuda_unavailable_reason() == reason
     assert "cuda" not in dprec.available_backends()
     assert dprec.available_backends()[-1] == "reference"
     if BUILT:
-        assert _backend._cuda.device_count() == 0
-        assert _backend._cuda.unavailable_reason() == reason
+        assert _native._cuda.device_count() == 0
+        assert _native._cuda.unavailable_reason() == reason
 
 
 def test_available_backends_follow_the_hardware():
@@ -187,7 +187,7 @@ def test_dlpack_import_torch_views_and_contiguity(cu):
         assert t.shape == tuple(view.shape)
         strides = zip(_elements(t.strides, t.shape), view.stride(), view.shape)
         assert all(s == want for s, want, n in strides if n != 1)  # size-1 axes: any stride
-        assert _device._c_contiguous(t.shape, t.strides, 1) == view.is_contiguous(), (view.shape, view.stride())
+        assert _frameworks.c_contiguous(t.shape, t.strides, 1) == view.is_contiguous(), (view.shape, view.stride())
 
 
 def _capsule_api():
@@ -341,7 +341,7 @@ def test_hand_made_capsule_fields_and_ownership(cu):
 
     h = HandMade((4, 5), (1, 4))
     t = cu.dlpack_import(h.capsule)
-    assert t.strides == (1, 4) and not _device._c_contiguous(t.shape, t.strides, 1)
+    assert t.strides == (1, 4) and not _frameworks.c_contiguous(t.shape, t.strides, 1)
     h = HandMade((), None, ndim=0)
     t = cu.dlpack_import(h.capsule)
     assert t.shape == () and t.strides is None
@@ -414,26 +414,27 @@ def test_hand_made_malformed_capsules_are_refused_untouched(cu, kwargs):
     ],
 )
 def test_c_contiguous(shape, strides, unit, expected):
-    assert _device._c_contiguous(shape, strides, unit) is expected
+    assert _frameworks.c_contiguous(shape, strides, unit) is expected
 
 
 def test_gpu_array_metadata():
-    g = _device.GpuArray(None, 1000, (2, 3), "bfloat16", 1, 0, "dlpack")
+    g = _arrays.Array(None, None, 1000, (2, 3), "bfloat16", 1, 0, "dlpack")
     assert (g.size, g.itemsize, g.label, g.offset(3)) == (6, 2, "cuda:1", 1006)
-    g = _device.GpuArray(None, 1000, (4,), "float64", 0, 0, "torch")
+    g = _arrays.Array(None, None, 1000, (4,), "float64", 0, 0, "torch")
     assert (g.size, g.itemsize, g.label, g.offset(3)) == (4, 8, "cuda:0", 1024)
-    assert _device.GpuArray(None, 0, (2,), "int64", 0, 0, "cupy").itemsize == 8
+    assert _arrays.Array(None, None, 0, (2,), "int64", 0, 0, "cupy").itemsize == 8
 
 
 def test_same_device():
-    g0 = _device.GpuArray(None, 0, (2,), "float32", 0, 0, "torch")
-    g1 = _device.GpuArray(None, 0, (2,), "float32", 1, 0, "torch")
-    _device.same_device([("a", None), ("b", None)])
-    _device.same_device([("a", g0), ("b", g0)])
+    g0 = _arrays.Array(None, None, 0, (2,), "float32", 0, 0, "torch")
+    g1 = _arrays.Array(None, None, 0, (2,), "float32", 1, 0, "torch")
+    host = _arrays.Array(None, None, 0, (2,), "float32", _arrays.HOST, 0, "numpy")
+    _arrays.same_device([("a", host), ("b", host), ("absent", None)])
+    _arrays.same_device([("a", g0), ("b", g0)])
     with pytest.raises(ValueError, match="b is on cpu but a is on cuda:0"):
-        _device.same_device([("a", g0), ("b", None)])
+        _arrays.same_device([("a", g0), ("b", host)])
     with pytest.raises(ValueError, match="c is on cuda:1 but a is on cuda:0"):
-        _device.same_device([("a", g0), ("b", g0), ("c", g1)])
+        _arrays.same_device([("a", g0), ("b", g0), ("c", g1)])
 
 
 class CpuDLPackOnly:
@@ -469,10 +470,9 @@ HOST_OBJECTS = {
 @pytest.mark.parametrize("name", sorted(HOST_OBJECTS))
 def test_host_objects_are_not_gpu_arrays(name):
     x = HOST_OBJECTS[name]()
-    assert _device.device_of(x) is None
-    assert not _device.is_gpu_array(x)
-    assert _device.gpu_array(x, "x") is None
-    assert _device.float_gpu_array(x, "x") is None
+    assert _arrays.device_of(x) is None
+    assert not _arrays.is_gpu_array(x)
+    assert not _arrays.read(x, "x").on_gpu
     if isinstance(x, CpuDLPackOnly):
         assert x.calls == 0
 
@@ -485,9 +485,8 @@ def test_cpu_torch_tensors_are_not_gpu_arrays():
         torch.zeros(2, dtype=torch.bfloat16),
         torch.zeros(2, dtype=torch.int64),
     ):
-        assert _device.device_of(t) is None
-        assert _device.gpu_array(t, "t") is None
-        assert _device.float_gpu_array(t, "t") is None
+        assert _arrays.device_of(t) is None
+        assert not _arrays.read(t, "t").on_gpu
 
 
 class FakeInterface:
@@ -516,21 +515,21 @@ def test_pointer_device_of_host_memory(cu):
     assert cu.pointer_device(a.ctypes.data) == -1
     assert cu.pointer_device(0) == -1
     assert cu.pointer_device(1) == -1
-    assert _device.pointer_device(a.ctypes.data) == -1
-    assert _device.pointer_device(0) == -1
+    assert _frameworks.pointer_device(a.ctypes.data) == -1
+    assert _frameworks.pointer_device(0) == -1
 
 
 def test_device_of_fake_gpu_arrays():
-    assert _device.device_of(FakeInterface()) == "cuda:?"  # a null pointer belongs to no device
-    assert _device.device_of(FakeCudaDLPack()) == "cuda:0"
-    assert _device.device_of(FakeCudaDLPack(KDL_CUDA, 3)) == "cuda:3"
-    assert _device.device_of(FakeCudaDLPack(KDL_CUDA_MANAGED, 1)) == "cuda:1"
-    assert _device.is_gpu_array(FakeInterface()) and _device.is_gpu_array(FakeCudaDLPack())
+    assert _arrays.device_of(FakeInterface()) == "cuda:?"  # a null pointer belongs to no device
+    assert _arrays.device_of(FakeCudaDLPack()) == "cuda:0"
+    assert _arrays.device_of(FakeCudaDLPack(KDL_CUDA, 3)) == "cuda:3"
+    assert _arrays.device_of(FakeCudaDLPack(KDL_CUDA_MANAGED, 1)) == "cuda:1"
+    assert _arrays.is_gpu_array(FakeInterface()) and _arrays.is_gpu_array(FakeCudaDLPack())
 
 
 def test_fake_interface_with_a_null_pointer_is_refused():
     with pytest.raises(ValueError, match="x"):
-        _device.gpu_array(FakeInterface(), "x")
+        _arrays.read(FakeInterface(), "x")
 
 
 @without_gpu
@@ -542,7 +541,7 @@ def test_fake_interface_with_a_null_pointer_is_refused():
 def test_fake_gpu_arrays_without_a_backend(make):
     reason = dprec.cuda.unavailable_reason()
     x = make()
-    for fn in (_device.gpu_array, _device.float_gpu_array):
+    for fn in (_arrays.read, _arrays.float_input):
         with pytest.raises(ValueError, match=r"x is a GPU array on .*CUDA backend is unavailable") as info:
             fn(x, "x")
         assert reason in str(info.value)
@@ -803,18 +802,18 @@ def test_host_only_philox_functions_refuse_cuda():
 
 
 def test_resolve():
-    assert _backend.resolve("auto") in ("cpu", "reference")
-    assert _backend.resolve("reference") == "reference"
+    assert _dispatch.resolve("auto") in ("cpu", "reference")
+    assert _dispatch.resolve("reference") == "reference"
     for backend in ("cpu", "reference"):
         with pytest.raises(ValueError, match=r"phi is on cuda:0, but backend='\w+' runs on the host"):
-            _backend.resolve(backend, "cuda:0", "phi")
+            _dispatch.resolve(backend, "cuda:0", "phi")
     for bad in ("gpu", None, 0, "CUDA"):
         with pytest.raises(ValueError, match="backend must be one of"):
-            _backend.resolve(bad)
+            _dispatch.resolve(bad)
     if not CUDA:
         for backend in ("auto", "cuda"):
             with pytest.raises(ValueError, match="not available") as info:
-                _backend.resolve(backend, "cuda:0", "phi")
+                _dispatch.resolve(backend, "cuda:0", "phi")
             assert dprec.cuda.unavailable_reason() in str(info.value)
 
 
@@ -829,7 +828,7 @@ def pretend_cuda(monkeypatch):
     can be checked here; where a GPU is present this changes nothing."""
     if not BUILT:
         pytest.skip("dprec._cuda is not built here")
-    monkeypatch.setattr(_backend, "_cuda_reason", "")
+    monkeypatch.setattr(_native, "_cuda_reason", "")
 
 
 HOST_DATA_WITH_CUDA = {
@@ -856,5 +855,5 @@ def test_the_cuda_extension_loads_wherever_it_was_built():
     # A missing launcher only shows up as an undefined symbol when the module is loaded.
     if importlib.util.find_spec("dprec._cuda") is None:
         pytest.skip("this build has no CUDA extension (no CUDA compiler at build time)")
-    assert dprec._backend._CUDA_IMPORT_ERROR == ""
-    assert dprec._backend.cuda_built()
+    assert dprec._native._CUDA_IMPORT_ERROR == ""
+    assert dprec._native.cuda_built()

@@ -13,13 +13,13 @@ import types
 import numpy as np
 import pytest
 
-from dprec import _backend, _device, rec
+from dprec import _arrays, _frameworks, _native, rec
 
 from . import fake_cuda as fc
 from .conftest import requires_native
 from .fake_cuda import FakeGpuArray
 
-cu = _backend._cuda  # the real extension (None when not built), whatever a test installs later
+cu = _native._cuda  # the real extension (None when not built), whatever a test installs later
 fake_cuda = fc.fake_cuda  # the fixture, for pytest to find in this module
 requires_cuda_build = pytest.mark.skipif(cu is None, reason="dprec was built without its CUDA extension")
 
@@ -91,12 +91,12 @@ def test_this_build_reports_its_versions():
 
 
 def test_scratch_comes_from_the_callers_framework():
-    torch_scratch = _device.scratch_allocator("torch")
-    cupy_scratch = _device.scratch_allocator("cupy")
-    assert torch_scratch is _device.scratch_allocator("torch")  # one per framework
+    torch_scratch = _frameworks.scratch_allocator("torch")
+    cupy_scratch = _frameworks.scratch_allocator("cupy")
+    assert torch_scratch is _frameworks.scratch_allocator("torch")  # one per framework
     assert type(torch_scratch).__name__ == "_TorchScratch" and type(cupy_scratch).__name__ == "_CupyScratch"
-    assert _device.scratch_allocator("dlpack") is None  # dprec's own pool
-    assert _device.scratch_allocator("cuda_array_interface") is None
+    assert _frameworks.scratch_allocator("dlpack") is None  # dprec's own pool
+    assert _frameworks.scratch_allocator("cuda_array_interface") is None
 
 
 @requires_native
@@ -118,7 +118,7 @@ def test_torch_scratch_turns_out_of_memory_into_memory_error(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "caching_allocator_alloc", fail)
     with pytest.raises(MemoryError, match="8 bytes of scratch on cuda:0 .*PyTorch"):
-        _device.scratch_allocator("torch").allocate(0, 0, 8)
+        _frameworks.scratch_allocator("torch").allocate(0, 0, 8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_a_cupy_array_runs_on_the_current_stream_of_its_own_device(fake_cuda, mo
     x = CupyLike()
     interface = dict(base.__cuda_array_interface__, stream=0xB1)  # what CuPy exports: cuda:1's stream
     CupyLike.__cuda_array_interface__ = property(lambda self: interface)
-    g = _device.gpu_array(x, "x")
+    g = _arrays.read(x, "x")
     assert g.framework == "cupy" and g.device == 0
     assert g.stream == 0xA0
     assert cuda.current == 1  # the caller's current device is left alone
@@ -205,11 +205,11 @@ def test_dprec_info_prints_the_cuda_targets(capsys):
 
     main(["info"])
     out = capsys.readouterr().out
-    assert "CUDA kernels built for: " + ", ".join(_backend.cuda_build_architectures()) in out
+    assert "CUDA kernels built for: " + ", ".join(_native.cuda_build_architectures()) in out
 
 
 def test_build_architectures_is_empty_without_the_cuda_extension(monkeypatch):
     import dprec.cuda
 
-    monkeypatch.setattr(_backend, "_cuda", None)
+    monkeypatch.setattr(_native, "_cuda", None)
     assert dprec.cuda.build_architectures() == []

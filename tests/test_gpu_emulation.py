@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprec import _backend, philox, rec
+from dprec import _native, philox, rec
 
 from .conftest import requires_native
 from .test_rec import _tolerance
@@ -23,7 +23,7 @@ MAX_STREAM = 1 << 34
 
 @pytest.fixture(scope="module")
 def core():
-    return _backend.native()
+    return _native.native()
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def _check_logits(emu, phi, k, seed=0xDEADBEEF, group=3, sigma=0.37, scale=0.5):
         expected = rec.logits(phi, seed, group, k.bit_length() - 1, sigma=sigma, scale=scale, backend="cpu")
     else:  # bits >= 1 in the public API; K = 1 straight from the CPU kernel, as rec.logits scales it
         dots = np.empty(k)
-        _backend.native().rec_dot_products(phi, seed, group, dots)
+        _native.native().rec_dot_products(phi, seed, group, dots)
         expected = dots * (scale / sigma)
     got = np.full(k, np.nan)
     emu.rec_dot_products(phi, seed, group, scale / sigma, got)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy.linalg import hadamard as scipy_hadamard
 
-from dprec import _backend
+from dprec import _native
 from dprec.hadamard import RandomizedHadamard
 
 from .conftest import requires_native
@@ -27,7 +27,7 @@ pytestmark = requires_native
 
 @pytest.fixture(scope="module")
 def core():
-    return _backend.native()
+    return _native.native()
 
 
 @pytest.fixture(scope="module")

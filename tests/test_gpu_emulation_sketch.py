@@ -17,7 +17,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dprec import _backend
+from dprec import _native
 
 from .conftest import requires_native
 
@@ -28,7 +28,7 @@ MAX_STREAM = 1 << 34
 
 @pytest.fixture(scope="module")
 def core():
-    return _backend.native()
+    return _native.native()
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +287,7 @@ def test_median_keeps_signed_zeros_like_the_cpu(core, emu, dtype):
 
 def test_median_signed_zero_cases_exist():
     """The previous test is only meaningful if -0.0 medians occur: check that they do."""
-    core = _backend.native()
+    core = _native.native()
     table = np.zeros((3, 16), np.float64)
     out = np.empty(1000, np.float64)
     core.count_sketch_decode(table.reshape(-1), 4, 0, 3, 16, True, 3.0, out)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import dprec
-from dprec import _backend, _device, philox, rec
+from dprec import _arrays, _dispatch, _native, philox, rec
 from dprec.codec import DPRECCodec
 
 from . import fake_cuda as fc
@@ -37,7 +37,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def _emu():
-    return _backend.native().gpu_emulation
+    return _native.native().gpu_emulation
 
 
 def _host(x) -> np.ndarray:
@@ -66,12 +66,12 @@ def _to_host(update: dict[str, FakeGpuArray]) -> dict[str, np.ndarray]:
 
 
 def test_fake_is_installed_as_the_cuda_backend(fake_cuda):
-    assert _backend.cuda_module() is fake_cuda
+    assert _native.cuda_module() is fake_cuda
     assert dprec.cuda.is_available() and dprec.cuda.unavailable_reason() == ""
     assert dprec.cuda.device_count() == 1
     assert "sm_" in dprec.cuda.device_name(0)
-    assert _backend.available_backends()[0] == "cuda"
-    assert _backend.resolve("auto", "cuda:0") == "cuda"
+    assert _dispatch.available_backends()[0] == "cuda"
+    assert _dispatch.resolve("auto", "cuda:0") == "cuda"
 
 
 def test_fake_checks_every_pointer_and_its_extent(fake_cuda):
@@ -200,7 +200,7 @@ def test_logits_of_fake_gpu_phi(fake_cuda, d, dtype):
     phi = FakeGpuArray(fake_cuda, phi_h)
     gpu = rec.logits(phi, 0xDEADBEEF, 3, 7, sigma=0.37, scale=0.5)
     assert isinstance(gpu, dprec.cuda.DeviceArray)
-    assert _device.gpu_array(gpu, "logits").framework == "cuda_array_interface"
+    assert _arrays.read(gpu, "logits").framework == "cuda_array_interface"
     lg = gpu.get()
     assert lg.shape == (128,) and lg.dtype == np.float64
     emu = np.empty(128)
@@ -651,7 +651,7 @@ def test_a_host_pointer_behind_the_interface_is_rejected(fake_cuda):
         __cuda_array_interface__ = {"shape": (10,), "typestr": "<f4", "data": (host.ctypes.data, False), "version": 3}
 
     x = HostBehindInterface()
-    assert _device.device_of(x) == "cuda:?"
+    assert _arrays.device_of(x) == "cuda:?"
     with pytest.raises(ValueError, match="not CUDA device memory"):
         rec.logits(x, 1, 0, 3, sigma=1.0)
 
@@ -666,4 +666,4 @@ def test_temporaries_are_freed(fake_cuda):
 
 
 def test_without_the_fixture_there_is_no_fake():
-    assert not isinstance(_backend._cuda, FakeCuda)  # monkeypatch undid the fixture
+    assert not isinstance(_native._cuda, FakeCuda)  # monkeypatch undid the fixture

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import dprec
-from dprec import _backend
+from dprec import _native
 from dprec.hadamard import RandomizedHadamard, fwht
 
 from . import fake_cuda as fc
@@ -167,7 +167,7 @@ def test_without_a_cuda_backend_gpu_arrays_are_refused(monkeypatch):
     fake = FakeCuda()
     x = FakeGpuArray(fake, np.ones(8, np.float32))  # memory allocated while nothing is installed
     fc.install(monkeypatch, fake)
-    monkeypatch.setattr(_backend, "_cuda_reason", "no GPU here (test)")
+    monkeypatch.setattr(_native, "_cuda_reason", "no GPU here (test)")
     with pytest.raises(ValueError, match="no GPU here"):
         fwht(x)
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprec import _backend, philox
+from dprec import _native, philox
 
 from .conftest import NATIVE, requires_native
 
 pytestmark = requires_native
 
-_core = _backend.native() if NATIVE else None
+_core = _native.native() if NATIVE else None
 
 
 def np_fwht(x: np.ndarray) -> np.ndarray:

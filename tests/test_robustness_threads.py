@@ -196,7 +196,7 @@ def test_set_num_threads_0_warns_about_a_bad_env():
 
 @requires_native
 def test_set_num_threads_range_is_checked_natively():
-    from dprec._backend import native
+    from dprec._native import native
 
     for bad in (-1, 4097):
         with pytest.raises(ValueError, match=r"\[0, 4096\]"):

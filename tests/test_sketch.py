@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprec import _backend
+from dprec import _native
 from dprec.reference import sketch as ref_sketch
 from dprec.sketch import MAX_ROWS, CountSketch
 
@@ -211,7 +211,7 @@ class _FakeDlpackGpuArray:
         return (2, 0)
 
 
-@pytest.mark.skipif(_backend.cuda_available(), reason="this machine has a usable CUDA backend")
+@pytest.mark.skipif(_native.cuda_available(), reason="this machine has a usable CUDA backend")
 def test_sketch_gpu_arrays_without_a_cuda_backend_say_why():
     # The GPU path itself is tested with a fake CUDA module (test_gpu_plumbing_sketch.py)
     # and on a GPU (test_cuda_sketch.py).

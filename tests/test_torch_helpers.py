@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 import dprec.torch as dpt  # noqa: E402 - after the importorskip
-from dprec import DPRECCodec, DPRECMessage, _backend  # noqa: E402
+from dprec import DPRECCodec, DPRECMessage, _native  # noqa: E402
 
 
 def _codec() -> DPRECCodec:
@@ -268,8 +268,8 @@ def test_round_trip_server_moves_by_exactly_the_aggregate():
 _NO_CUDA = (
     "torch.cuda is not available on this machine"
     if not torch.cuda.is_available()
-    else f"dprec's CUDA backend is unavailable: {_backend.cuda_unavailable_reason()}"
-    if not _backend.cuda_available()
+    else f"dprec's CUDA backend is unavailable: {_native.cuda_unavailable_reason()}"
+    if not _native.cuda_available()
     else ""
 )
 

@@ -39,7 +39,7 @@ The optional modules are not imported by ``import dprec``.
 from __future__ import annotations
 
 from . import cuda, hadamard, philox, rec, runtime, sketch
-from ._backend import available_backends
+from ._dispatch import available_backends
 from .codec import DPRECCodec, DPRECMessage, EncodeInfo, Layout
 from .constants import NORMAL_TRANSFORM_VERSION
 from .runtime import get_num_threads, set_num_threads

@@ -18,23 +18,23 @@ def _info() -> int:
 
     import numpy as np  # noqa: PLC0415
 
-    from . import _backend, bench  # noqa: PLC0415
+    from . import _dispatch, _native, bench  # noqa: PLC0415
     from .constants import NORMAL_TRANSFORM_VERSION  # noqa: PLC0415
 
     print(f"dprec {bench.package_version()} (python {platform.python_version()}, numpy {np.__version__})")
     print(f"normal transform version: {NORMAL_TRANSFORM_VERSION}")
-    print(f"backends: {', '.join(_backend.available_backends())}")
-    if _backend.cuda_available():
+    print(f"backends: {', '.join(_dispatch.available_backends())}")
+    if _native.cuda_available():
         from . import cuda  # noqa: PLC0415
 
         names = ", ".join(cuda.device_name(i) for i in range(cuda.device_count()))
-        print(f"CUDA: {names} (runtime {_backend.cuda_module().runtime_version()})")
+        print(f"CUDA: {names} (runtime {_native.cuda_module().runtime_version()})")
     else:
-        print(f"CUDA backend unavailable: {_backend.cuda_unavailable_reason()}")
-    cuda_targets = _backend.cuda_build_architectures()
+        print(f"CUDA backend unavailable: {_native.cuda_unavailable_reason()}")
+    cuda_targets = _native.cuda_build_architectures()
     if cuda_targets:
         print(f"CUDA kernels built for: {', '.join(cuda_targets)}")
-    if _backend.native_available():
+    if _native.native_available():
         from . import runtime  # noqa: PLC0415
 
         print(f"CPU: {bench.cpu_model()}")
@@ -42,7 +42,7 @@ def _info() -> int:
         print(f"threads: {runtime.get_num_threads()}")
     else:
         try:
-            _backend.native()
+            _native.native()
         except RuntimeError as exc:
             print(f"native backend unavailable: {exc}")
     return 0

@@ -357,9 +357,9 @@ def runs_for(repeat: int, d_log2: int, bits: int) -> int:
 
 def run_bench(config: BenchConfig, progress_stream: TextIO | None = None) -> BenchResult:
     """Measure every row of ``config`` and the agreement check; returns a :class:`BenchResult`."""
-    from . import _backend, rec, runtime  # noqa: PLC0415
+    from . import _native, rec, runtime  # noqa: PLC0415
 
-    core = _backend.native()
+    core = _native.native()
     if config.stat not in ("median", "min"):
         raise ValueError(f"stat must be 'median' or 'min', got {config.stat!r}")
     stat: Callable[[list[float]], float] = statistics.median if config.stat == "median" else min

@@ -89,72 +89,37 @@ to at most 10% of delta (:func:`dprec.accounting.dprec_min_bits`); an overhead a
 delta warns :class:`dprec.accounting.DPRECPrivacyWarning`. These methods import
 :mod:`dprec.accounting` (SciPy) when called.
 
-Byte format (version 1)
------------------------
-:meth:`DPRECMessage.to_bytes` writes, little-endian:
-
-==========  ==============  ==========================================================
-offset      size (bytes)    field
-==========  ==============  ==========================================================
-0           4               magic ``b"DPRC"``
-4           1               format version (1)
-5           1               normal-transform version (``constants.NORMAL_TRANSFORM_VERSION``)
-6           2               flags, uint16: bit 0 ``UNIFORM_BITS`` (every group has the same
-                            bits); bits 1-15 reserved, must be 0
-8           8               seed, uint64
-16          8               layout digest (see :attr:`Layout.digest`)
-24          4               group count ``G``, uint32, ``>= 1``
-28          1 or ``G``      bits per group, uint8 each in 1..24: one byte if
-                            ``UNIFORM_BITS``, else one per group in group order
-28 + B      ``ceil(S/8)``   indices (``B`` = 1 or ``G``, the length of the bits field):
-                            ``S = sum_g b_g`` bits; index ``k*_g`` occupies ``b_g``
-                            bits, least significant bit first, groups in order, packed
-                            from the least significant bit of each byte; the padding
-                            bits of the last byte are 0
-end - 4     4               CRC-32 (``zlib.crc32``, IEEE) of every preceding byte, uint32
-==========  ==============  ==========================================================
-
-So a message is ``33 + ceil(S/8)`` bytes with uniform bits (``32 + G + ceil(S/8)``
-otherwise). A reader rejects unknown format versions and flags, so later features
-(entropy-coded indices, history compression) get a new flag or version.
-:meth:`DPRECMessage.from_bytes` raises ValueError naming the problem for truncated
-input, trailing bytes, a bad magic, an unsupported format version or flag, a
-normal-transform version other than this build's, a CRC mismatch (corruption), bits out
-of range and non-zero padding; and TypeError for an object that is not bytes-like.
-
-The layout digest is BLAKE2b with an 8-byte digest size (``person=b"dprec.rec.layout"``) over
-the format version, the tensor names (UTF-8) and shapes in canonical order, every
-group's tensor, offset, size and bits, and ``sigma`` (float64): decoding or aggregating
-with a template or codec whose names, shapes, group split, bits or sigma differ from
-the encoder's raises ValueError. ``clip_multiplier`` and the backend do not enter it.
+Byte format and layout digest
+-----------------------------
+See :mod:`dprec.message`: messages are ``33 + ceil(S/8)`` bytes with uniform bits (``S`` the
+total bits), with a CRC-32 and the 8-byte digest of the encoder's :class:`Layout`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import struct
 import sys
-import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from . import _backend, _device, rec
-from ._validation import (
-    check_bits,
-    check_int,
-    check_positive,
-    check_seed,
-    float_array,
-    is_torch_tensor,
-    os_seed,
-    private_rng,
+from . import _arrays, _dispatch, rec
+from ._arrays import Array
+from ._validation import check_bits, check_int, check_positive, check_seed, os_seed, private_rng
+from .constants import DEFAULT_BITS, MAX_STREAM_ELEMENTS
+from .message import (
+    _MAX_GROUPS,
+    FLAG_UNIFORM_BITS,
+    FORMAT_VERSION,
+    MAGIC,
+    DPRECMessage,
+    Layout,
+    LayoutGroup,
+    _layout_digest,
 )
-from .constants import DEFAULT_BITS, MAX_BITS, MAX_STREAM_ELEMENTS, MIN_BITS, NORMAL_TRANSFORM_VERSION
 
 if TYPE_CHECKING:  # dprec.accounting needs SciPy: imported lazily by the accounting methods
     from .accounting import DPRECAccounting, DPRECRoundAccountant
@@ -171,20 +136,6 @@ __all__ = [
     "FLAG_UNIFORM_BITS",
 ]
 
-#: First bytes of every serialized message.
-MAGIC = b"DPRC"
-#: Version of the byte format written by :meth:`DPRECMessage.to_bytes`.
-FORMAT_VERSION = 1
-#: Flag: every group has the same bits (stored once).
-FLAG_UNIFORM_BITS = 0x0001
-_KNOWN_FLAGS = FLAG_UNIFORM_BITS
-
-_HEADER = struct.Struct("<4sBBHQ8sI")  # magic, version, transform, flags, seed, digest, G
-_CRC = struct.Struct("<I")
-_DIGEST_SIZE = 8
-_MAX_GROUPS = 0xFFFFFFFF
-# Elements per float64 chunk when computing norms (bounded temporary memory).
-_NORM_CHUNK = 1 << 16
 # Above this norm a float64 update is scaled before the logits so that no dot product overflows.
 _PRESCALE_NORM = 1e200
 # Below this sum of squares float64 squares may have underflowed; the norm is recomputed rescaled.
@@ -222,339 +173,6 @@ class EncodeInfo:
     clip_norm: float
     clipped: bool
     scale: float
-
-
-@dataclass(frozen=True, eq=True)
-class DPRECMessage:
-    """One client's compressed update: the seed and the chosen index of every group.
-
-    Instances are immutable and validated on construction. The ``seed`` is shared
-    randomness (the server learns it); the indices are the only data-dependent content.
-
-    Attributes
-    ----------
-    seed : int
-        The 64-bit seed of the candidate streams.
-    bits : tuple of int
-        Bits of each group (1..24), in group order.
-    indices : tuple of int
-        The chosen candidate of each group, ``0 <= indices[g] < 2**bits[g]``.
-    layout_digest : bytes
-        8-byte digest of the encoder's :class:`Layout` (names, shapes, groups, bits, sigma).
-    """
-
-    seed: int
-    bits: tuple[int, ...]
-    indices: tuple[int, ...]
-    layout_digest: bytes
-    _nbytes: int = field(init=False, repr=False, compare=False, hash=False)
-
-    def __post_init__(self) -> None:
-        seed = check_seed(self.seed)
-        if isinstance(self.bits, (str, bytes)) or not isinstance(self.bits, (Sequence, np.ndarray)):
-            raise TypeError(f"bits must be a sequence of int, got {type(self.bits).__name__}")
-        if isinstance(self.indices, (str, bytes)) or not isinstance(self.indices, (Sequence, np.ndarray)):
-            raise TypeError(f"indices must be a sequence of int, got {type(self.indices).__name__}")
-        bits = tuple(check_bits(b, f"bits[{g}]") for g, b in enumerate(_as_list(self.bits)))
-        raw_idx = _as_list(self.indices)
-        if not bits:
-            raise ValueError("a message must have at least one group (bits is empty)")
-        if len(bits) > _MAX_GROUPS:
-            raise ValueError(f"a message has at most 2**32 - 1 groups, got {len(bits)}")
-        if len(raw_idx) != len(bits):
-            raise ValueError(f"indices has {len(raw_idx)} entries but bits has {len(bits)} (one per group)")
-        indices = tuple(check_int(k, f"indices[{g}]", 0, (1 << b) - 1) for g, (k, b) in enumerate(zip(raw_idx, bits)))
-        digest = self.layout_digest
-        if not isinstance(digest, (bytes, bytearray, memoryview)):
-            raise TypeError(f"layout_digest must be bytes, got {type(digest).__name__}")
-        digest = bytes(digest)
-        if len(digest) != _DIGEST_SIZE:
-            raise ValueError(f"layout_digest must be {_DIGEST_SIZE} bytes, got {len(digest)}")
-        object.__setattr__(self, "seed", seed)
-        object.__setattr__(self, "bits", bits)
-        object.__setattr__(self, "indices", indices)
-        object.__setattr__(self, "layout_digest", digest)
-        object.__setattr__(self, "_nbytes", _message_nbytes(bits))
-
-    @property
-    def num_groups(self) -> int:
-        """Number of groups ``G``."""
-        return len(self.bits)
-
-    @property
-    def total_bits(self) -> int:
-        """Bits of the packed indices, ``sum_g b_g``."""
-        return sum(self.bits)
-
-    @property
-    def nbytes(self) -> int:
-        """Length of :meth:`to_bytes` in bytes (header, bits, indices and CRC)."""
-        return self._nbytes
-
-    def __repr__(self) -> str:
-        if len(set(self.bits)) == 1:
-            bits = str(self.bits[0])
-        else:
-            bits = "(" + ", ".join(str(b) for b in self.bits[:8]) + (", ...)" if len(self.bits) > 8 else ")")
-        head = ", ".join(str(k) for k in self.indices[:8]) + (", ..." if len(self.indices) > 8 else "")
-        return (
-            f"DPRECMessage(seed=0x{self.seed:016x}, groups={self.num_groups}, bits={bits}, "
-            f"indices=({head}), layout_digest={self.layout_digest.hex()}, nbytes={self.nbytes})"
-        )
-
-    def to_bytes(self) -> bytes:
-        """Serialize to the compact versioned byte format described in :mod:`dprec.codec`.
-
-        Returns
-        -------
-        bytes
-            ``nbytes`` bytes, ending in a CRC-32 of everything before it.
-        """
-        uniform = len(set(self.bits)) == 1
-        flags = FLAG_UNIFORM_BITS if uniform else 0
-        header = _HEADER.pack(
-            MAGIC, FORMAT_VERSION, NORMAL_TRANSFORM_VERSION, flags, self.seed, self.layout_digest, len(self.bits)
-        )
-        bits_field = bytes([self.bits[0]]) if uniform else bytes(self.bits)
-        body = header + bits_field + _pack_indices(self.indices, self.bits)
-        return body + _CRC.pack(zlib.crc32(body) & 0xFFFFFFFF)
-
-    @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> DPRECMessage:
-        """Parse bytes written by :meth:`to_bytes`.
-
-        Parameters
-        ----------
-        data : bytes, bytearray or memoryview
-            Exactly one message, nothing before or after it.
-
-        Returns
-        -------
-        DPRECMessage
-
-        Raises
-        ------
-        TypeError
-            If ``data`` is not bytes-like.
-        ValueError
-            If the bytes are truncated, have trailing bytes, a bad magic, an unsupported
-            format version or flags, another normal-transform version, a CRC mismatch,
-            bits outside 1..24 or non-zero padding bits.
-        """
-        if isinstance(data, memoryview):
-            data = data.tobytes()
-        elif isinstance(data, bytearray):
-            data = bytes(data)
-        elif not isinstance(data, bytes):
-            raise TypeError(f"from_bytes expects bytes, bytearray or memoryview, got {type(data).__name__}")
-        n = len(data)
-        if n < len(MAGIC):
-            raise ValueError(f"DP-REC message truncated: {n} bytes, shorter than the {len(MAGIC)}-byte magic")
-        if data[: len(MAGIC)] != MAGIC:
-            raise ValueError(f"not a DP-REC message: bad magic {data[: len(MAGIC)]!r} (expected {MAGIC!r})")
-        if n < len(MAGIC) + 1:
-            raise ValueError(f"DP-REC message truncated: {n} bytes, no format version")
-        version = data[len(MAGIC)]
-        if version != FORMAT_VERSION:
-            raise ValueError(
-                f"unsupported DP-REC message format version {version} (this dprec reads version {FORMAT_VERSION})"
-            )
-        min_len = _HEADER.size + 1 + _CRC.size
-        if n < min_len:
-            raise ValueError(f"DP-REC message truncated: {n} bytes, shorter than the minimum of {min_len}")
-        _, _, transform, flags, seed, digest, groups = _HEADER.unpack_from(data, 0)
-        if flags & ~_KNOWN_FLAGS:
-            raise ValueError(f"unsupported DP-REC message flags 0x{flags:04x} (known: 0x{_KNOWN_FLAGS:04x})")
-        if groups == 0:
-            raise ValueError("invalid DP-REC message: group count is 0")
-        pos = _HEADER.size
-        n_bits_bytes = 1 if flags & FLAG_UNIFORM_BITS else groups
-        if n < pos + n_bits_bytes + _CRC.size:
-            raise ValueError(
-                f"DP-REC message truncated: {n} bytes, but the header announces {groups} groups "
-                f"({n_bits_bytes} bits bytes)"
-            )
-        raw_bits = data[pos : pos + n_bits_bytes]
-        for g, b in enumerate(raw_bits):
-            if not MIN_BITS <= b <= MAX_BITS:
-                where = "bits" if n_bits_bytes == 1 else f"bits of group {g}"
-                raise ValueError(f"invalid DP-REC message: {where} = {b} is outside {MIN_BITS}..{MAX_BITS}")
-        total_bits = groups * raw_bits[0] if n_bits_bytes == 1 else sum(raw_bits)
-        pos += n_bits_bytes
-        expected = pos + (total_bits + 7) // 8 + _CRC.size
-        if n < expected:
-            raise ValueError(f"DP-REC message truncated: {n} bytes, expected {expected}")
-        if n > expected:
-            raise ValueError(f"DP-REC message has {n - expected} trailing bytes after its {expected} bytes")
-        (crc,) = _CRC.unpack_from(data, n - _CRC.size)
-        actual = zlib.crc32(data[: n - _CRC.size]) & 0xFFFFFFFF
-        if crc != actual:
-            raise ValueError(f"DP-REC message corrupted: CRC-32 mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})")
-        if transform != NORMAL_TRANSFORM_VERSION:
-            raise ValueError(
-                f"DP-REC message uses normal-transform version {transform}, but this dprec implements "
-                f"version {NORMAL_TRANSFORM_VERSION}: its candidates cannot be regenerated"
-            )
-        bits = (raw_bits[0],) * groups if n_bits_bytes == 1 else tuple(raw_bits)
-        indices = _unpack_indices(data[pos : n - _CRC.size], bits)
-        return cls(seed=seed, bits=bits, indices=indices, layout_digest=digest)
-
-
-def _as_list(x: Any) -> list:
-    return x.tolist() if isinstance(x, np.ndarray) else list(x)
-
-
-def _message_nbytes(bits: tuple[int, ...], uniform: bool | None = None) -> int:
-    if uniform is None:
-        uniform = len(set(bits)) == 1
-    return _HEADER.size + (1 if uniform else len(bits)) + (sum(bits) + 7) // 8 + _CRC.size
-
-
-def _bit_positions(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each payload bit: its group and its position within the group's index."""
-    starts = np.zeros(bits.size, dtype=np.int64)
-    np.cumsum(bits[:-1], out=starts[1:])
-    group_of_bit = np.repeat(np.arange(bits.size, dtype=np.int64), bits)
-    pos_in_group = np.arange(group_of_bit.size, dtype=np.int64) - np.repeat(starts, bits)
-    return starts, group_of_bit, pos_in_group
-
-
-def _pack_indices(indices: tuple[int, ...], bits: tuple[int, ...]) -> bytes:
-    b = np.asarray(bits, dtype=np.int64)
-    idx = np.asarray(indices, dtype=np.uint32)
-    _, group_of_bit, pos = _bit_positions(b)
-    payload = ((idx[group_of_bit] >> pos.astype(np.uint32)) & 1).astype(np.uint8)
-    return np.packbits(payload, bitorder="little").tobytes()
-
-
-def _unpack_indices(payload: bytes, bits: tuple[int, ...]) -> tuple[int, ...]:
-    b = np.asarray(bits, dtype=np.int64)
-    total = int(b.sum())
-    unpacked = np.unpackbits(np.frombuffer(payload, dtype=np.uint8), bitorder="little")
-    if unpacked[total:].any():
-        raise ValueError("invalid DP-REC message: the padding bits after the last index are not zero")
-    starts, _, pos = _bit_positions(b)
-    vals = unpacked[:total].astype(np.uint32) << pos.astype(np.uint32)
-    return tuple(np.add.reduceat(vals, starts).tolist())
-
-
-# --------------------------------------------------------------------------------------
-# Layout
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LayoutGroup:
-    """One group of a :class:`Layout`.
-
-    Attributes
-    ----------
-    group : int
-        Group id ``g`` (the Philox counter word), ``0 .. G-1``.
-    name : str
-        Name of the tensor the group belongs to.
-    tensor : int
-        Position of that tensor in canonical order.
-    start : int
-        Offset of the group's first element in the flattened (C-order) tensor.
-    size : int
-        Elements in the group.
-    bits : int
-        Bits of the group's index; ``2**bits`` candidates.
-    """
-
-    group: int
-    name: str
-    tensor: int
-    start: int
-    size: int
-    bits: int
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a codec splits an update with given names and shapes into groups.
-
-    Returned by :meth:`DPRECCodec.layout`; the encoder and decoder must agree on it,
-    which the message's :attr:`digest` checks.
-
-    Attributes
-    ----------
-    names : tuple of str
-        Tensor names in canonical order (sorted mapping keys, sequence indices as
-        strings, ``""`` for a single array).
-    shapes : tuple of tuple of int
-        Their shapes.
-    groups : tuple of LayoutGroup
-        Every group in group-id order.
-    sigma : float
-        The codec's sigma.
-    digest : bytes
-        8-byte BLAKE2b digest of all of the above (see :mod:`dprec.codec`).
-    """
-
-    names: tuple[str, ...]
-    shapes: tuple[tuple[int, ...], ...]
-    groups: tuple[LayoutGroup, ...]
-    sigma: float
-    digest: bytes
-
-    @property
-    def num_tensors(self) -> int:
-        """Number of tensors."""
-        return len(self.names)
-
-    @property
-    def num_groups(self) -> int:
-        """Number of groups ``G``."""
-        return len(self.groups)
-
-    @property
-    def num_elements(self) -> int:
-        """Elements over all tensors."""
-        return sum(g.size for g in self.groups)
-
-    @property
-    def bits(self) -> tuple[int, ...]:
-        """Bits of every group, in group order."""
-        return tuple(g.bits for g in self.groups)
-
-    @property
-    def total_bits(self) -> int:
-        """Bits of all indices together, ``sum_g b_g`` (the data-dependent payload)."""
-        return sum(g.bits for g in self.groups)
-
-    @property
-    def message_nbytes(self) -> int:
-        """Size in bytes of a serialized message for this layout."""
-        return _message_nbytes(self.bits)
-
-    def describe(self) -> str:
-        """A human-readable table of the groups."""
-        rows = [f"{'group':>6}  {'tensor':<30} {'start':>12} {'size':>12} {'bits':>4}"]
-        for g in self.groups:
-            rows.append(f"{g.group:>6}  {g.name!r:<30} {g.start:>12} {g.size:>12} {g.bits:>4}")
-        rows.append(
-            f"{self.num_groups} groups, {self.num_elements} elements, {self.total_bits} index bits, "
-            f"{self.message_nbytes} bytes per message, digest {self.digest.hex()}"
-        )
-        return "\n".join(rows)
-
-
-def _layout_digest(
-    names: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], groups: list[LayoutGroup], sigma: float
-) -> bytes:
-    h = hashlib.blake2b(digest_size=_DIGEST_SIZE, person=b"dprec.rec.layout")
-    h.update(struct.pack("<BI", FORMAT_VERSION, len(names)))
-    for name, shape in zip(names, shapes):
-        raw = name.encode("utf-8", "surrogatepass")
-        h.update(struct.pack("<Q", len(raw)) + raw)
-        h.update(struct.pack(f"<I{len(shape)}Q", len(shape), *shape))
-    h.update(struct.pack("<Q", len(groups)))
-    for g in groups:
-        h.update(struct.pack("<IQQB", g.tensor, g.start, g.size, g.bits))
-    h.update(struct.pack("<d", sigma))
-    return h.digest()
 
 
 # --------------------------------------------------------------------------------------
@@ -611,128 +229,44 @@ def _flatten(obj: Any, what: str) -> _Tree:
     return tree
 
 
-def _check_float_dtype(dtype: Any, label: str) -> None:
-    name = getattr(dtype, "name", str(dtype))
-    if name == "bfloat16":
-        return
-    kind = getattr(dtype, "kind", "")
-    if kind != "f":
-        what = {"b": "boolean", "i": "integer", "u": "integer", "c": "complex"}.get(kind, str(dtype))
-        raise TypeError(
-            f"{label} must be a floating-point array (float16, bfloat16, float32 or float64), got {what} dtype {dtype}"
-        )
-
-
-def _template_info(tree: _Tree) -> tuple[list[tuple[int, ...]], list[bool], str | None]:
-    """Shapes and torch-ness of the leaves, and the device they share (None: the host).
-
-    Checks device, dtype and emptiness (not values). All leaves must live on the host or
-    all on the same GPU.
-    """
-    shapes, torch_flags, places = [], [], []
+def _leaf_arrays(tree: _Tree, what: str) -> tuple[list[Array], list[bool]]:
+    """The leaves as :class:`Array` (read once, nothing converted) and which are PyTorch CPU
+    tensors. Checks dtype and emptiness (not values), and that all leaves live on the host
+    or all on the same GPU."""
+    arrays, torch_flags = [], []
     for label, leaf in zip(tree.labels, tree.leaves):
-        where = _device.device_of(leaf)
-        if where is not None:
-            g = _device.gpu_array(leaf, label)  # ValueError when CUDA is unusable or the leaf is strided
-            if g is None:
-                raise ValueError(f"{label} is on device '{where}', which dprec does not support (CPU or CUDA only)")
-            if g.dtype not in ("float16", "bfloat16", "float32", "float64"):
-                kind = "integer" if "int" in g.dtype else "boolean" if g.dtype == "bool" else g.dtype
-                raise TypeError(
-                    f"{label} must be a floating-point array (float16, bfloat16, float32 or float64), "
-                    f"got {kind} dtype {g.dtype}"
-                )
-            shape = g.shape
-            torch_flags.append(False)
-            places.append((label, g.label))
-        elif is_torch_tensor(leaf):
-            if not leaf.is_floating_point():
-                kind = "complex" if leaf.is_complex() else "boolean" if str(leaf.dtype) == "torch.bool" else "integer"
-                raise TypeError(
-                    f"{label} must be a floating-point tensor (float16, bfloat16, float32 or float64), "
-                    f"got {kind} dtype {leaf.dtype}"
-                )
-            shape = tuple(int(s) for s in leaf.shape)
-            torch_flags.append(True)
-            places.append((label, "cpu"))
-        else:
-            a = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
-            _check_float_dtype(a.dtype, label)
-            shape = tuple(int(s) for s in a.shape)
-            torch_flags.append(False)
-            places.append((label, "cpu"))
-        if math.prod(shape) == 0:
-            raise ValueError(f"{label} must not be empty (shape {shape})")
-        shapes.append(shape)
-    for label, where in places[1:]:
-        if where != places[0][1]:
-            raise ValueError(
-                f"{label} is on {where} but {places[0][0]} is on {places[0][1]}; "
-                "all tensors of one update must be on the same device"
-            )
-    device = places[0][1] if places and places[0][1] != "cpu" else None
-    return shapes, torch_flags, device
+        a = _arrays.read(leaf, label)
+        if not _arrays.is_float_dtype(a.dtype):
+            raise _arrays.float_dtype_error(label, a.dtype)
+        if a.size == 0:
+            raise ValueError(f"{label} must not be empty (shape {a.shape})")
+        arrays.append(a)
+        torch_flags.append(a.framework == "torch" and not a.on_gpu)
+    _arrays.same_device(list(zip(tree.labels, arrays)), what)
+    return arrays, torch_flags
 
 
-def _sumsq(a: np.ndarray, divisor: float = 1.0) -> float:
-    """Sum of ``(a / divisor)**2`` in float64, in fixed chunks.
+def _global_norm(kernels: Any, arrays: list[Array], labels: list[str]) -> float:
+    """The L2 norm of all arrays together (float64); ValueError naming a non-finite tensor.
 
-    NumPy's pairwise summation (not BLAS, whose order may depend on its thread count)
-    keeps the result deterministic; the chunks bound the temporary memory. The division
-    is done in float64, as on the GPU (a float32 divisor could round to 0 or overflow).
+    One float64 pass per tensor (one wait on a GPU); a second, divided by ``max |x|``, only
+    when the plain sum of squares over- or underflows (extreme float64 values).
     """
-    flat = a.reshape(-1)
-    total = 0.0
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        for i in range(0, flat.size, _NORM_CHUNK):
-            c = flat[i : i + _NORM_CHUNK].astype(np.float64, copy=False)
-            if divisor != 1.0:
-                c = c / divisor
-            total += float(np.add.reduce(c * c))
-    return total
-
-
-def _global_norm(arrays: list[np.ndarray], labels: list[str]) -> float:
-    """The L2 norm of all arrays together (float64); ValueError naming a non-finite tensor."""
-    sums = [_sumsq(a) for a in arrays]
-    for s, a, label in zip(sums, arrays, labels):
-        if not math.isfinite(s) and not np.isfinite(a).all():
-            bad = "NaN" if np.isnan(a).any() else "infinite"
-            raise ValueError(f"{label} contains {bad} values")
+    sums, maxes = kernels.norm_stats(arrays, 1.0)
+    if not all(math.isfinite(s) for s in sums):
+        maxes = maxes or kernels.max_abs(arrays)
+        for m, label in zip(maxes, labels):
+            if not math.isfinite(m):
+                raise ValueError(f"{label} contains {'NaN' if math.isnan(m) else 'infinite'} values")
     total = math.fsum(sums)
-    if math.isfinite(total) and (total > _TINY_SUMSQ or all(not a.any() for a in arrays)):
+    if math.isfinite(total) and total > _TINY_SUMSQ:
         return math.sqrt(total)
-    # Overflow or (partial) underflow of the plain sum of squares (extreme float64 values): rescale.
-    m = max(float(np.max(np.abs(a))) for a in arrays)
+    # Overflow or (partial) underflow of the plain sum of squares (an all-zero update too).
+    maxes = maxes or kernels.max_abs(arrays)
+    m = max(maxes)
     if m == 0.0:
         return 0.0
-    total = math.fsum(_sumsq(a, m) for a in arrays)
-    return m * math.sqrt(total)
-
-
-def _gpu_global_norm(gs: list[_device.GpuArray], labels: list[str]) -> float:
-    """:func:`_global_norm` on the device: one float64 pass per tensor (and a second,
-    divided by max |x|, only when the plain sum of squares over- or underflows)."""
-    cuda = _backend.cuda_module()
-    first = gs[0]
-
-    def norm_stats(divisor: float) -> list[tuple[float, float]]:
-        # One host wait for every tensor, on the first tensor's stream.
-        r = cuda.norm_stats(first.device, first.stream, [g.ptr for g in gs], [g.dtype for g in gs],
-                            [g.size for g in gs], divisor, scratch=first.scratch)
-        return [(float(a), float(b)) for a, b in r]
-
-    stats = norm_stats(1.0)
-    for (_, m), label in zip(stats, labels):
-        if not math.isfinite(m):
-            raise ValueError(f"{label} contains {'NaN' if math.isnan(m) else 'infinite'} values")
-    total = math.fsum(s for s, _ in stats)
-    if math.isfinite(total) and (total > _TINY_SUMSQ or all(m == 0.0 for _, m in stats)):
-        return math.sqrt(total)
-    m = max(m for _, m in stats)
-    if m == 0.0:
-        return 0.0
-    total = math.fsum(s for s, _ in norm_stats(m))
+    total = math.fsum(kernels.norm_stats(arrays, m)[0])
     return m * math.sqrt(total)
 
 
@@ -812,7 +346,7 @@ class DPRECCodec:
         if max_group_size is not None:
             max_group_size = check_int(max_group_size, "max_group_size", 1, sys.maxsize)
         self._max_group_size = max_group_size
-        _backend.check_backend(backend)
+        _dispatch.check_backend(backend)
         self._backend = backend
 
     # -- read-only parameters ------------------------------------------------------------
@@ -898,8 +432,8 @@ class DPRECCodec:
         Layout
         """
         tree = _flatten(template, "template")
-        shapes, _, _ = _template_info(tree)
-        return self._make_layout(tree.names, shapes, tree.labels)
+        arrays, _ = _leaf_arrays(tree, "template")
+        return self._make_layout(tree.names, [a.shape for a in arrays], tree.labels)
 
     # -- client ---------------------------------------------------------------------------
 
@@ -965,35 +499,51 @@ class DPRECCodec:
         if not isinstance(return_info, (bool, np.bool_)):
             raise TypeError(f"return_info must be a bool, got {type(return_info).__name__}")
         tree = _flatten(update, "update")
-        shapes, _, device = _template_info(tree)  # device, dtype and emptiness checks; the true shapes
-        layout = self._make_layout(tree.names, shapes, tree.labels)
-        if _backend.resolve(self._backend, device, "update") == "cuda":
-            msg, info = self._encode_gpu(tree, layout, rng, seed)
-            return (msg, info) if return_info else msg
-        # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous copied).
-        arrays = [float_array(leaf, label, check_finite=False) for leaf, label in zip(tree.leaves, tree.labels)]
-        norm = _global_norm(arrays, tree.labels)
+        leaves, _ = _leaf_arrays(tree, "update")
+        layout = self._make_layout(tree.names, [a.shape for a in leaves], tree.labels)
+        kernels = _dispatch.select(self._backend, leaves[0], "update")
+        # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous host copies);
+        # the norm below finds any NaN or infinity.
+        arrays = [_arrays.float_input(a, label, check_finite=False) for a, label in zip(leaves, tree.labels)]
+        norm = _global_norm(kernels, arrays, tree.labels)
         info = self._clip_info(norm)
-        scale = info.scale
         seed = os_seed() if seed is None else check_seed(seed)
         gen = private_rng(rng)
-        flats = [a.reshape(-1) for a in arrays]
-        scales = [scale] * len(flats)
-        if scale < 1.0 and norm > _PRESCALE_NORM:
+        scales = [info.scale] * len(arrays)
+        if info.scale < 1.0 and norm > _PRESCALE_NORM:
             # Extreme float64 values: scale those tensors first so that no dot product
             # overflows. float32 ones cannot overflow, and scaling them in float32 would
             # flush them to zero: they keep the factor in their logits.
-            for i, f in enumerate(flats):
-                if f.dtype == np.float64:
-                    flats[i], scales[i] = f * scale, 1.0
-        indices = []
-        for g in layout.groups:
-            phi = flats[g.tensor][g.start : g.start + g.size]
-            # The update was converted and checked (finite, non-empty) as a whole above.
-            lg = rec._logits_validated(phi, seed, g.group, g.bits, self._sigma, scales[g.tensor], self._backend)
-            indices.append(rec.sample_index(lg, rng=gen, backend=self._backend))
-        msg = DPRECMessage(seed=seed, bits=layout.bits, indices=tuple(indices), layout_digest=layout.digest)
+            for i, a in enumerate(arrays):
+                if a.dtype == "float64":
+                    scaled = _arrays.empty(a, a.shape, "float64")
+                    kernels.scale(a, info.scale, scaled)
+                    arrays[i], scales[i] = scaled, 1.0
+        ks = [1 << g.bits for g in layout.groups]
+        offsets = np.zeros(len(ks) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum(ks)
+        logits = _arrays.empty(arrays[0], (int(offsets[-1]),), "float64")
+        for g, off, k in zip(layout.groups, offsets.tolist(), ks):
+            phi = arrays[g.tensor].flat(g.start, g.size)
+            kernels.dot_products(phi, seed, g.group, scales[g.tensor] / self._sigma, logits.flat(off, k))
+        if not self._logits_surely_finite(norm, info.scale, layout):
+            _arrays.require_finite(logits, "logits")
+        # One private draw per group, in group order (the noise of G sample_index calls).
+        noise = np.concatenate([rec.gumbel_noise(k, gen) for k in ks])
+        indices = kernels.gumbel_argmax(logits, noise, offsets)
+        msg = DPRECMessage(
+            seed=seed, bits=layout.bits, indices=tuple(int(i) for i in indices), layout_digest=layout.digest
+        )
         return (msg, info) if return_info else msg
+
+    def _logits_surely_finite(self, norm: float, scale: float, layout: Layout) -> bool:
+        """Whether every logit ``scale * <z_k, phi_g> / sigma`` is finite for an update of this
+        norm, by Cauchy-Schwarz: ``|<z_k, phi_g>| <= MAX_ABS_NORMAL sqrt(size_g) norm``. Only an
+        unclipped update near the float64 maximum can fail it (then the logits are checked)."""
+        largest = max(g.size for g in layout.groups)
+        with np.errstate(over="ignore"):
+            bound = scale * norm * rec.MAX_ABS_NORMAL * math.sqrt(largest) / self._sigma
+        return bool(bound < np.finfo(np.float64).max / 4)
 
     def _clip_info(self, norm: float) -> EncodeInfo:
         """The clipping of an update of global L2 norm ``norm`` (shared by the CPU and GPU paths)."""
@@ -1001,47 +551,6 @@ class DPRECCodec:
         clipped = norm > clip
         scale = clip / norm if clipped else 1.0
         return EncodeInfo(norm=float(norm), clip_norm=clip, clipped=bool(clipped), scale=scale)
-
-    def _encode_gpu(
-        self, tree: _Tree, layout: Layout, rng: np.random.Generator | None, seed: int | None
-    ) -> tuple[DPRECMessage, EncodeInfo]:
-        """:meth:`encode` for an update on a GPU: the norm, the logits of every group and
-        one batched Gumbel-max run on the device; the host waits for the norm and for the
-        indices. Work runs on the stream of each tensor's framework (PyTorch's or CuPy's
-        current stream). Returns the message and its :class:`EncodeInfo`."""
-        cuda = _backend.cuda_module()
-        gs = [_device.required_float_gpu_array(leaf, label) for leaf, label in zip(tree.leaves, tree.labels)]
-        norm = _gpu_global_norm(gs, tree.labels)
-        info = self._clip_info(norm)
-        scale = info.scale
-        seed = os_seed() if seed is None else check_seed(seed)
-        gen = private_rng(rng)
-        scales = [scale] * len(gs)
-        if scale < 1.0 and norm > _PRESCALE_NORM:
-            # Extreme float64 values: scale those tensors first so that no dot product
-            # overflows (float32 ones cannot overflow and keep the factor in their logits).
-            for i, g in enumerate(gs):
-                if g.dtype == "float64":
-                    out = _device.empty_like(g, g.shape, "float64")
-                    cuda.scale_f64(g.device, g.stream, g.ptr, g.size, scale, out.ptr)
-                    gs[i], scales[i] = out, 1.0
-        ks = [1 << grp.bits for grp in layout.groups]
-        offsets = np.zeros(len(ks) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum(ks)
-        first = gs[0]
-        logits = _device.empty_like(first, (int(offsets[-1]),), "float64")
-        for grp, off in zip(layout.groups, offsets[:-1]):
-            rec._logits_gpu(
-                gs[grp.tensor], grp.start, grp.size, seed, grp.group, grp.bits, self._sigma, scales[grp.tensor],
-                logits.offset(int(off)),
-            )
-        # The same private draws, in the same order, as the CPU path's per-group calls.
-        noise = np.concatenate([rec.gumbel_noise(k, gen) for k in ks])
-        indices = cuda.gumbel_argmax(first.device, first.stream, logits.ptr, noise, offsets, scratch=first.scratch)
-        msg = DPRECMessage(
-            seed=seed, bits=layout.bits, indices=tuple(int(i) for i in indices), layout_digest=layout.digest
-        )
-        return msg, info
 
     # -- privacy accounting ---------------------------------------------------------------
 
@@ -1166,28 +675,20 @@ class DPRECCodec:
             raise ValueError(f"{label} has bits {msg.bits}, but its layout digest announces {layout.bits}")
         return msg
 
-    def _prepare(self, template: Any) -> tuple[_Tree, Layout, list[tuple[int, ...]], list[bool], bool]:
-        """Flattened template, its layout, shapes, torch-ness, and whether to decode on the GPU."""
+    def _prepare(self, template: Any) -> tuple[_Tree, Layout, list[Array], list[bool], Any]:
+        """The flattened template, its layout, an uninitialised float32 output per tensor (on
+        the template's device, in its framework), which tensors are PyTorch CPU tensors, and
+        the kernels."""
         tree = _flatten(template, "template")
-        shapes, torch_flags, device = _template_info(tree)
-        on_gpu = _backend.resolve(self._backend, device, "template") == "cuda"
-        if on_gpu and device is None:
-            raise ValueError("backend='cuda' decodes into GPU arrays, but the template is on the host")
-        return tree, self._make_layout(tree.names, shapes, tree.labels), shapes, torch_flags, on_gpu
+        leaves, torch_flags = _leaf_arrays(tree, "template")
+        kernels = _dispatch.select(self._backend, leaves[0], "template")
+        layout = self._make_layout(tree.names, [a.shape for a in leaves], tree.labels)
+        outs = [_arrays.empty(a, a.shape, "float32") for a in leaves]
+        return tree, layout, outs, torch_flags, kernels
 
     @staticmethod
-    def _gpu_outputs(tree: _Tree, shapes: list[tuple[int, ...]]) -> list[_device.GpuArray]:
-        """A float32 output per template tensor, in its framework, on its device."""
-        outs = []
-        for leaf, label, shape in zip(tree.leaves, tree.labels, shapes):
-            like = _device.gpu_array(leaf, label)
-            assert like is not None
-            outs.append(_device.empty_like(like, shape, "float32"))
-        return outs
-
-    @staticmethod
-    def _rebuild(tree: _Tree, arrays: list[np.ndarray], torch_flags: list[bool]) -> Any:
-        out: list[Any] = list(arrays)
+    def _rebuild(tree: _Tree, outs: list[Array], torch_flags: list[bool]) -> Any:
+        out: list[Any] = [o.result() for o in outs]
         if any(torch_flags):
             import torch  # noqa: PLC0415 - optional, only when the template holds tensors
 
@@ -1223,32 +724,13 @@ class DPRECCodec:
         ValueError
             If the message's layout digest does not match this codec and template.
         """
-        tree, layout, shapes, torch_flags, on_gpu = self._prepare(template)
+        tree, layout, outs, torch_flags, kernels = self._prepare(template)
         msg = self._check_message(message, layout, "message")
-        if on_gpu:
-            cuda = _backend.cuda_module()
-            scale = float(np.float32(self._sigma))
-            outs = self._gpu_outputs(tree, shapes)
-            for g in layout.groups:
-                o = outs[g.tensor]
-                cuda.stream_normals(
-                    o.device, o.stream, msg.seed, msg.indices[g.group], g.group, 0, 0, g.size, scale, o.offset(g.start)
-                )
-            return self._rebuild(tree, [o.obj for o in outs], [False] * len(outs))
-        split = {g.tensor for g in layout.groups if g.size != math.prod(shapes[g.tensor])}
-        flats: list[Any] = [
-            np.empty(math.prod(s), dtype=np.float32) if t in split else None for t, s in enumerate(shapes)
-        ]
+        scale = float(np.float32(self._sigma))
         for g in layout.groups:
-            cand = rec.candidate(
-                msg.seed, g.group, msg.indices[g.group], g.size, sigma=self._sigma, backend=self._backend
-            )
-            if flats[g.tensor] is None:
-                flats[g.tensor] = cand
-            else:
-                flats[g.tensor][g.start : g.start + g.size] = cand
-        arrays = [f.reshape(s) for f, s in zip(flats, shapes)]
-        return self._rebuild(tree, arrays, torch_flags)
+            out = outs[g.tensor].flat(g.start, g.size)
+            kernels.stream_normals(out, msg.seed, msg.indices[g.group], g.group, 0, 0, scale)
+        return self._rebuild(tree, outs, torch_flags)
 
     def aggregate(self, messages: Sequence[Any], template: Any, weights: Any = None) -> Any:
         """Weighted sum of many clients' decoded updates, in one pass per group.
@@ -1282,7 +764,7 @@ class DPRECCodec:
         n = len(messages)
         if n == 0:
             raise ValueError("messages is empty")
-        tree, layout, shapes, torch_flags, on_gpu = self._prepare(template)
+        tree, layout, outs, torch_flags, kernels = self._prepare(template)
         msgs = [self._check_message(m, layout, f"messages[{i}]") for i, m in enumerate(messages)]
         if weights is None:
             w = np.full(n, 1.0 / n)
@@ -1304,18 +786,7 @@ class DPRECCodec:
             )
         seeds = np.array([m.seed for m in msgs], dtype=np.uint64)
         idx = np.array([m.indices for m in msgs], dtype=np.uint32)  # (n, G)
-        if on_gpu:
-            cuda = _backend.cuda_module()
-            outs = self._gpu_outputs(tree, shapes)
-            for g in layout.groups:
-                o = outs[g.tensor]
-                _, s_u, k_u, coefs = rec._client_params(g.group, seeds, idx[:, g.group], self._sigma, w)
-                cuda.aggregate_f32(o.device, o.stream, o.offset(g.start), g.size, g.group, s_u, k_u, coefs, scratch=o.scratch)
-            return self._rebuild(tree, [o.obj for o in outs], [False] * len(outs))
-        flats = [np.empty(math.prod(s), dtype=np.float32) for s in shapes]
         for g in layout.groups:
-            acc = np.zeros(g.size, dtype=np.float64)
-            rec.accumulate(acc, g.group, seeds, idx[:, g.group], sigma=self._sigma, weights=w, backend=self._backend)
-            flats[g.tensor][g.start : g.start + g.size] = acc
-        arrays = [f.reshape(s) for f, s in zip(flats, shapes)]
-        return self._rebuild(tree, arrays, torch_flags)
+            _, seeds_g, indices_g, coefs = rec._client_params(g.group, seeds, idx[:, g.group], self._sigma, w)
+            kernels.aggregate_f32(outs[g.tensor].flat(g.start, g.size), g.group, seeds_g, indices_g, coefs)
+        return self._rebuild(tree, outs, torch_flags)

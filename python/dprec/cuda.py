@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend
+from . import _native
 
 __all__ = [
     "is_available",
@@ -51,17 +51,17 @@ __all__ = [
 
 def is_available() -> bool:
     """True when dprec was built with CUDA and a GPU is usable."""
-    return _backend.cuda_available()
+    return _native.cuda_available()
 
 
 def unavailable_reason() -> str:
     """Why the CUDA backend cannot be used here ('' when it can)."""
-    return "" if is_available() else _backend.cuda_unavailable_reason()
+    return "" if is_available() else _native.cuda_unavailable_reason()
 
 
 def device_count() -> int:
     """Number of usable CUDA devices (0 without a CUDA build, a driver or a GPU)."""
-    return _backend.device_count()
+    return _native.device_count()
 
 
 def build_architectures() -> list[str]:
@@ -71,14 +71,14 @@ def build_architectures() -> list[str]:
     ``"75-virtual"`` PTX only, which the driver compiles for the GPU at first use. Empty when
     dprec was built without CUDA. Works without a GPU or driver.
     """
-    return _backend.cuda_build_architectures()
+    return _native.cuda_build_architectures()
 
 
 def device_name(device: int = 0) -> str:
     """The name and compute capability of a device, e.g. ``'NVIDIA H100 (sm_90)'``."""
     if not is_available():
         raise ValueError(f"the CUDA backend is unavailable: {unavailable_reason()}")
-    return str(_backend.cuda_module().device_name(int(device)))
+    return str(_native.cuda_module().device_name(int(device)))
 
 
 def _device_index(device: int) -> int:
@@ -94,17 +94,17 @@ def empty_cache(device: int = 0) -> None:
 
     Memory that dprec took from PyTorch or CuPy goes back to their caches when a call
     ends; release it with ``torch.cuda.empty_cache()`` or CuPy's pool."""
-    _backend.cuda_module().empty_cache(_device_index(device))
+    _native.cuda_module().empty_cache(_device_index(device))
 
 
 def memory_pool_reserved(device: int = 0) -> int:
     """Bytes that dprec's own pool on ``device`` holds, in use or kept for reuse."""
-    return int(_backend.cuda_module().memory_pool_reserved(_device_index(device)))
+    return int(_native.cuda_module().memory_pool_reserved(_device_index(device)))
 
 
 def memory_pool_release_threshold(device: int = 0) -> int:
     """Bytes of freed memory that dprec's pool on ``device`` keeps for reuse."""
-    return int(_backend.cuda_module().memory_pool_release_threshold(_device_index(device)))
+    return int(_native.cuda_module().memory_pool_release_threshold(_device_index(device)))
 
 
 def set_memory_pool_release_threshold(nbytes: int, device: int = 0) -> None:
@@ -112,7 +112,7 @@ def set_memory_pool_release_threshold(nbytes: int, device: int = 0) -> None:
     freed memory to the driver at each synchronisation)."""
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
-    _backend.cuda_module().set_memory_pool_release_threshold(_device_index(device), int(nbytes))
+    _native.cuda_module().set_memory_pool_release_threshold(_device_index(device), int(nbytes))
 
 
 _TYPESTR = {"float32": "<f4", "float64": "<f8", "int64": "<i8", "uint32": "<u4", "uint64": "<u8", "float16": "<f2"}
@@ -151,7 +151,7 @@ class DeviceArray:
         self.dtype = np.dtype(_TYPESTR[dtype])
         self.device = int(device)
         self.stream = int(stream)
-        self._buffer = _backend.cuda_module().DeviceBuffer(self.device, self.stream, self.nbytes)
+        self._buffer = _native.cuda_module().DeviceBuffer(self.device, self.stream, self.nbytes)
 
     @property
     def size(self) -> int:
@@ -181,7 +181,7 @@ class DeviceArray:
         """A NumPy copy (waits for the producing stream)."""
         out = np.empty(self.shape, dtype=self.dtype)
         if self.size:
-            _backend.cuda_module().copy_to_host(self.device, self.stream, self.ptr, out)
+            _native.cuda_module().copy_to_host(self.device, self.stream, self.ptr, out)
         return out
 
     def __repr__(self) -> str:

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend, _device, philox
-from ._validation import _all_finite, check_int, check_seed, check_u32, float_array, is_torch_tensor, to_numpy
+from . import _arrays, _dispatch, philox
+from ._arrays import Array
+from ._frameworks import is_torch_tensor
+from ._validation import check_int, check_seed, check_u32
 from .constants import DOMAIN_HADAMARD_SIGN
 from .reference import hadamard as _ref
 
@@ -33,76 +35,6 @@ __all__ = ["fwht", "RandomizedHadamard", "MAX_FWHT_LOG2"]
 MAX_FWHT_LOG2 = 30
 
 
-def _host_backend(x: Any, backend: Any, what: str) -> str:
-    """Resolve ``backend`` for host data; GPU arrays and "cuda" are not supported yet."""
-    if _device.is_gpu_array(x):
-        raise ValueError(
-            f"{what}: the CUDA kernels for the Hadamard transform and count-sketch are not implemented yet; "
-            "pass a host array (NumPy, or a PyTorch CPU tensor)"
-        )
-    if backend == "cuda":
-        raise ValueError(
-            f"{what}: backend='cuda' is not implemented yet for the Hadamard transform and count-sketch; "
-            "use backend='auto', 'cpu' or 'reference'"
-        )
-    return _backend.resolve(backend)
-
-
-def _resolve(x: Any, backend: Any, name: str) -> str:
-    """Resolve ``backend`` for the array argument ``x``, host or GPU (see _backend.resolve)."""
-    where = _device.device_of(x)
-    return _backend.resolve(backend, where if where is not None and where.startswith("cuda") else None, name)
-
-
-def _float_gpu(x: Any, name: str, check_shape: Any = None) -> tuple[_device.GpuArray, bool]:
-    """The float32/float64 GPU view of ``x`` and whether it is a fresh float32 copy
-    (float16 and bfloat16 input), which the caller may then overwrite. ``check_shape(shape)``
-    runs before that copy is made."""
-    g = _device.gpu_array(x, name)
-    if g is None:
-        raise ValueError(f"{name} is not a GPU array")
-    if check_shape is not None and g.dtype in ("float16", "bfloat16") and g.size:
-        check_shape(tuple(g.shape))  # before the float32 copy; other errors keep their usual order
-    fresh = g.dtype in ("float16", "bfloat16")
-    if fresh:
-        g = _device.to_float32(g)
-    elif g.dtype not in ("float32", "float64"):
-        kind = "integer" if "int" in g.dtype else g.dtype
-        raise TypeError(
-            f"{name} must be a floating-point array (float16, bfloat16, float32 or float64), got {kind} dtype {g.dtype}"
-        )
-    return g, fresh
-
-
-def _check_gpu(g: _device.GpuArray, name: str) -> None:
-    """A GPU array must have an axis, elements, and only finite values (one wait for its stream)."""
-    if not g.shape:
-        raise ValueError(f"{name} must have at least one axis")
-    if g.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
-    if not np.isfinite(maxabs):
-        raise ValueError(f"{name} contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
-
-
-def _fwht_gpu(x: Any, normalize: bool, inplace: bool) -> Any:
-    if inplace:
-        g = _device.gpu_array(x, "x")
-        assert g is not None
-        if g.dtype not in ("float32", "float64"):
-            raise TypeError(f"fwht(inplace=True) needs a float32 or float64 array, got dtype {g.dtype}")
-        if g.readonly:
-            raise ValueError("fwht(inplace=True) needs a writeable array, but x is read-only")
-        fresh = False
-    else:
-        g, fresh = _float_gpu(x, "x", _check_last_axis)
-    _check_gpu(g, "x")
-    n = _check_length(g.shape[-1], "x")
-    dst = g if inplace or fresh else _device.empty_like(g, g.shape, g.dtype)
-    _backend.cuda_module().fwht(g.device, g.stream, g.ptr, dst.ptr, g.dtype, g.size // n, n, bool(normalize), scratch=g.scratch)
-    return x if inplace else dst.obj
-
-
 def _check_last_axis(shape: tuple[int, ...]) -> None:
     """fwht's shape rule for ``x``, checked before ``x`` is converted or copied."""
     if not shape:
@@ -110,24 +42,26 @@ def _check_last_axis(shape: tuple[int, ...]) -> None:
     _check_length(shape[-1], "x")
 
 
-def _inplace_view(x: Any) -> np.ndarray:
-    """The NumPy view of ``x``'s own memory that fwht(inplace=True) overwrites.
+def _inplace_target(x: Any, a: Array) -> Array:
+    """The memory of ``x`` that fwht(inplace=True) overwrites, host or GPU.
 
     Anything that cannot be updated where it lies (a list, a float16/bfloat16 or integer
     array, a read-only or non-contiguous array) raises instead of being silently copied.
     """
+    if a.dtype not in ("float32", "float64"):
+        raise TypeError(
+            f"fwht(inplace=True) needs x to be a float32 or float64 array, got dtype {a.dtype}; "
+            "use inplace=False (float16/bfloat16 are computed in float32 and returned as a new array)"
+        )
+    if a.readonly:
+        raise ValueError("fwht(inplace=True) needs a writeable C-contiguous array, but x is read-only")
+    if a.on_gpu:
+        return a  # reading refused a non-contiguous GPU array
     if is_torch_tensor(x):
-        import torch  # noqa: PLC0415 - present, since x is a tensor
-
-        if x.dtype not in (torch.float32, torch.float64):
-            raise TypeError(
-                f"fwht(inplace=True) needs x to be a float32 or float64 array, got dtype {x.dtype}; "
-                "use inplace=False (float16/bfloat16 are computed in float32 and returned as a new array)"
-            )
         if not x.is_contiguous():
             raise ValueError("fwht(inplace=True) needs a writeable C-contiguous array, but x is not contiguous")
-        a = to_numpy(x, "x")
-        if a.size and a.__array_interface__["data"][0] != x.data_ptr():  # e.g. a negative-bit view
+        a = _arrays.host_array(a, "x")
+        if a.size and a.host.__array_interface__["data"][0] != x.data_ptr():  # e.g. a negative-bit view
             raise TypeError("fwht(inplace=True) cannot update x where it lies; use inplace=False")
         return a
     if not isinstance(x, np.ndarray):
@@ -135,11 +69,9 @@ def _inplace_view(x: Any) -> np.ndarray:
             f"fwht(inplace=True) needs x to be a float32 or float64 array (NumPy or PyTorch) that it can "
             f"overwrite, got {type(x).__name__}; use inplace=False"
         )
-    if x.dtype not in (np.float32, np.float64):
-        raise TypeError(f"fwht(inplace=True) needs x to be a float32 or float64 array, got dtype {x.dtype}")
-    if not x.flags.c_contiguous or not x.flags.writeable:
+    if not x.flags.c_contiguous:
         raise ValueError("fwht(inplace=True) needs a writeable C-contiguous array")
-    return np.asarray(x)
+    return a
 
 
 def _bump_version(x: Any) -> None:
@@ -153,30 +85,29 @@ def _bump_version(x: Any) -> None:
             bump(x)
 
 
-def _fwht_checked(a: np.ndarray, normalize: bool, backend: str, private: bool) -> None:
-    """fwht of ``a`` in place; ValueError, naming ``x``, if the result is not finite.
+def _overflow_error(dtype: str, n: int) -> ValueError:
+    return ValueError(
+        f"fwht(x) overflows {dtype}: the transform of x has infinite or NaN values (the values grow "
+        f"up to n = {n} times max|x| before any normalization); scale x down, or pass a float64 array"
+    )
 
-    ``private``: ``a`` is our own copy, so it is transformed and then checked. Otherwise
-    (``a`` is the caller's array) the caller's data must not be clobbered on overflow: when
-    ``max|x| * n`` could overflow the dtype, the transform runs on a copy that is written
-    back only if it is finite.
+
+def _fwht_inplace(kernels: Any, x: Array, n: int, normalize: bool) -> None:
+    """fwht of the caller's ``x`` where it lies; ValueError, naming ``x``, if the result would
+    not be finite, and then ``x`` is left as it was.
+
+    The values grow up to ``n * max|x|``: only when that could overflow the dtype is the
+    transform first run on a copy and checked, then (if finite) run again in place.
     """
-    n = a.shape[-1]
-    if not private:
-        hi = max(float(a.max()), -float(a.min()))
-        if hi <= float(np.finfo(a.dtype).max) / (2 * n):  # no stage can reach the overflow threshold
-            _fwht_inplace(a, normalize, backend)
-            return
-    work = a if private else a.copy()
-    with np.errstate(over="ignore", invalid="ignore"):
-        _fwht_inplace(work, normalize, backend)
-    if not _all_finite(work):
-        raise ValueError(
-            f"fwht(x) overflows {a.dtype.name}: the transform of x has infinite or NaN values (the values grow "
-            f"up to n = {n} times max|x| before any normalization); scale x down, or pass a float64 array"
-        )
-    if not private:
-        a[...] = work
+    (m,) = kernels.max_abs([x])
+    if not np.isfinite(m):
+        raise ValueError(f"x contains {'NaN' if np.isnan(m) else 'infinite'} values")
+    if m > float(np.finfo(x.dtype).max) / (2 * n):
+        trial = _arrays.empty(x, x.shape, x.dtype)
+        kernels.fwht(x, trial, n, normalize)
+        if not kernels.all_finite(trial):
+            raise _overflow_error(x.dtype, n)
+    kernels.fwht(x, x, n, normalize)
 
 
 def _check_length(n: int, name: str) -> int:
@@ -185,15 +116,6 @@ def _check_length(n: int, name: str) -> int:
     if n > 1 << MAX_FWHT_LOG2:
         raise ValueError(f"{name} is too long: the last axis must be at most 2**{MAX_FWHT_LOG2}, got {n}")
     return n
-
-
-def _fwht_inplace(a: np.ndarray, normalize: bool, backend: str) -> None:
-    """Transform the C-contiguous float32/float64 array ``a`` in place over its last axis."""
-    n = a.shape[-1]
-    if backend == "cpu":
-        _backend.native().fwht(a.reshape(-1), n, bool(normalize))
-    else:
-        a[...] = _ref.fwht(a, normalize)
 
 
 def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str = "auto") -> Any:
@@ -240,7 +162,8 @@ def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str 
         ``inplace`` the caller's ``x`` is left as it was. (On the GPU the result is not
         checked.)
     """
-    be = _resolve(x, backend, "x")
+    a = _arrays.read(x, "x")
+    kernels = _dispatch.select(backend, a, "x")
     if not isinstance(normalize, (bool, np.bool_)) or not isinstance(inplace, (bool, np.bool_)):
         raise TypeError("normalize and inplace must be bools")
     if inplace and is_torch_tensor(x) and x.requires_grad:
@@ -248,20 +171,20 @@ def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str 
             "fwht(inplace=True) cannot overwrite x: it requires grad, and autograd would not see the update; "
             "use inplace=False, or pass x.detach()"
         )
-    if be == "cuda":
-        return _fwht_gpu(x, bool(normalize), bool(inplace))
-    if np.ndim(x) == 0:  # before float_array, which would make a scalar 1-D
+    if not a.shape:  # before float_input, which would make a scalar 1-D
         raise ValueError("x must have at least one axis")
     if inplace:
-        a = _inplace_view(x)
-        float_array(a, "x", max_size=None, check_shape=_check_last_axis)  # size and finiteness of the view
-        _fwht_checked(a, bool(normalize), be, private=False)
+        target = _inplace_target(x, a)
+        _arrays.float_input(target, "x", max_size=None, check_shape=_check_last_axis, check_finite=False)
+        _fwht_inplace(kernels, target, target.shape[-1], bool(normalize))
         _bump_version(x)
         return x
-    a = float_array(x, "x", max_size=None, check_shape=_check_last_axis)  # checked before any copy
-    a = a.copy()
-    _fwht_checked(a, bool(normalize), be, private=True)
-    return a
+    src = _arrays.float_input(a, "x", max_size=None, check_shape=_check_last_axis)  # checked before any copy
+    n = src.shape[-1]
+    out = _arrays.empty(src, src.shape, src.dtype)
+    kernels.fwht(src, out, n, bool(normalize))
+    _arrays.require_finite(out, "x", str(_overflow_error(src.dtype, n)))
+    return out.result()
 
 
 class RandomizedHadamard:
@@ -338,79 +261,35 @@ class RandomizedHadamard:
         float32 otherwise), on ``x``'s device and in its framework. Input rules as for
         :func:`fwht`.
         """
-        be = _resolve(x, backend, "x")
-        if be == "cuda":
-            return self._rotate_gpu(x, "x", self._dim, inverse=False)
-        a = float_array(x, "x", max_size=None, check_shape=self._shape_check("x", self._dim, "dim"))
-        with np.errstate(over="ignore", invalid="ignore"):
-            if be == "reference":
-                y = _ref.randomized_hadamard_forward(a, self._dim, self._seed, self._repeats, self._group)
-            else:
-                y = np.zeros(a.shape[:-1] + (self._n,), dtype=a.dtype)
-                y[..., : self._dim] = a
-                for s in range(self._repeats):
-                    y *= self.signs(s, dtype=a.dtype, backend=be)
-                    _fwht_inplace(y, True, be)
-        return self._finite(y, "x")
+        return self._rotate(x, "x", backend, inverse=False)
 
     def inverse(self, y: Any, *, backend: str = "auto") -> Any:
         """Undo :meth:`forward`: ``D H y / sqrt(n)`` per repeat in reverse order, then the
         first ``dim`` elements of the last axis (length ``padded_dim``), on ``y``'s device
         and in its framework."""
-        be = _resolve(y, backend, "y")
-        if be == "cuda":
-            return self._rotate_gpu(y, "y", self._n, inverse=True)
-        a = float_array(y, "y", max_size=None, check_shape=self._shape_check("y", self._n, "padded_dim"))
-        with np.errstate(over="ignore", invalid="ignore"):
-            if be == "reference":
-                return self._finite(
-                    _ref.randomized_hadamard_inverse(a, self._dim, self._seed, self._repeats, self._group), "y"
-                )
-            a = a.copy()
-            for s in reversed(range(self._repeats)):
-                _fwht_inplace(a, True, be)
-                a *= self.signs(s, dtype=a.dtype, backend=be)
-        return self._finite(np.ascontiguousarray(a[..., : self._dim]), "y")
+        return self._rotate(y, "y", backend, inverse=True)
+
+    def _rotate(self, x: Any, name: str, backend: str, *, inverse: bool) -> Any:
+        """forward (``inverse=False``) or inverse of ``x``, on its device and in its framework."""
+        a = _arrays.read(x, name)
+        kernels = _dispatch.select(backend, a, name)
+        cols, what = (self._n, "padded_dim") if inverse else (self._dim, "dim")
+        src = _arrays.float_input(a, name, max_size=None, check_shape=self._shape_check(name, cols, what))
+        out = _arrays.empty(src, src.shape[:-1] + ((self._dim,) if inverse else (self._n,)), src.dtype)
+        kernels.randomized_hadamard(src, out, self._dim, self._n, self._seed, self._group, self._repeats, inverse)
+        _arrays.require_finite(
+            out, name,
+            f"the rotation of {name} overflows {src.dtype} (intermediate values grow up to padded_dim "
+            f"times max|{name}|); scale {name} down, or pass a float64 array",
+        )
+        return out.result()
 
     @staticmethod
     def _shape_check(name: str, cols: int, what: str) -> Any:
-        """The last-axis rule for ``name``, run by float_array before anything is copied."""
+        """The last-axis rule for ``name``, run by _arrays.float_input before anything is copied."""
 
         def check(shape: tuple[int, ...]) -> None:
             if not shape or shape[-1] != cols:
                 raise ValueError(f"{name} must have a last axis of length {what}={cols}, got shape {shape}")
 
         return check
-
-    @staticmethod
-    def _finite(y: np.ndarray, name: str) -> np.ndarray:
-        """``y``, or ValueError naming ``name`` when the rotation overflowed its dtype."""
-        if not _all_finite(y):
-            raise ValueError(
-                f"the rotation of {name} overflows {y.dtype.name} (intermediate values grow up to padded_dim "
-                f"times max|{name}|); scale {name} down, or pass a float64 array"
-            )
-        return y
-
-    def _rotate_gpu(self, x: Any, name: str, cols: int, *, inverse: bool) -> Any:
-        """forward (``inverse=False``) or inverse of the GPU array ``x`` on its device and stream."""
-        check = self._shape_check(name, cols, "padded_dim" if inverse else "dim")
-        g, _ = _float_gpu(x, name, check)
-        check(tuple(g.shape))
-        _check_gpu(g, name)
-        out = _device.empty_like(g, g.shape[:-1] + (self._dim if inverse else self._n,), g.dtype)
-        _backend.cuda_module().randomized_hadamard(
-            g.device,
-            g.stream,
-            g.ptr,
-            out.ptr,
-            g.dtype,
-            g.size // cols,
-            self._dim,
-            self._n,
-            self._seed,
-            self._group,
-            self._repeats,
-            inverse, scratch=g.scratch,
-        )
-        return out.obj

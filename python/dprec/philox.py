@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend, _device
-from ._validation import check_int, check_seed, check_u32, host_out
+from . import _arrays, _dispatch
+from ._validation import check_int, check_seed, check_u32
 from .constants import MAX_STREAM_ELEMENTS, NORMAL_TRANSFORM_VERSION
 from .reference import philox as _ref
 
@@ -48,11 +48,7 @@ def philox4x32(counter: Any, key: Any, *, backend: str = "auto") -> np.ndarray:
     k = k.astype(np.uint32)
     if backend == "cuda":
         raise ValueError("philox4x32 runs on the host only (backend 'auto', 'cpu' or 'reference'); use words(out=...) on a GPU")
-    if _backend.resolve(backend) == "reference":
-        return _ref.philox4x32(c, k)
-    out = np.empty_like(c)
-    _backend.native().philox4x32(c.reshape(-1), int(k[0]), int(k[1]), out.reshape(-1))
-    return out
+    return _dispatch.select(backend, None).philox4x32(c, k)
 
 
 def _check_stream(seed: Any, count: Any, substream: Any, group: Any, domain: Any, offset: Any) -> tuple[int, ...]:
@@ -84,16 +80,9 @@ def words(
     host or on a GPU (filled there, on the caller's stream); it is returned.
     """
     seed, count, substream, group, domain, offset = _check_stream(seed, count, substream, group, domain, offset)
-    g = _device.gpu_out(out, count, "uint32", backend)
-    if g is not None:
-        _backend.cuda_module().stream_words(g.device, g.stream, seed, substream, group, domain, offset, count, g.ptr)
-        return g.obj
-    host = host_out(out, count, np.uint32)
-    if _backend.resolve(backend) == "reference":
-        host[...] = _ref.stream_words(seed, count, substream, group, domain, offset)
-    elif count:
-        _backend.native().stream_words(seed, substream, group, domain, offset, host)
-    return host if out is None else out
+    kernels, o = _arrays.destination(out, (count,), "uint32", backend)
+    kernels.stream_words(o, seed, substream, group, domain, offset)
+    return o.result()
 
 
 def uniforms(
@@ -151,15 +140,6 @@ def normals(
     the host or on a GPU (filled there, on the caller's stream); it is returned.
     """
     seed, count, substream, group, domain, offset = _check_stream(seed, count, substream, group, domain, offset)
-    g = _device.gpu_out(out, count, "float32", backend)
-    if g is not None:
-        _backend.cuda_module().stream_normals(
-            g.device, g.stream, seed, substream, group, domain, offset, count, 1.0, g.ptr
-        )
-        return g.obj
-    host = host_out(out, count, np.float32)
-    if _backend.resolve(backend) == "reference":
-        host[...] = _ref.stream_normals(seed, count, substream, group, offset, domain)
-    elif count:
-        _backend.native().stream_normals(seed, substream, group, domain, offset, 1.0, host)
-    return host if out is None else out
+    kernels, o = _arrays.destination(out, (count,), "float32", backend)
+    kernels.stream_normals(o, seed, substream, group, domain, offset, 1.0)
+    return o.result()

@@ -22,18 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend, _device
-from ._validation import (
-    check_bits,
-    check_index,
-    check_seed,
-    check_size,
-    check_u32,
-    float_array,
-    host_out,
-    private_rng,
-)
-from .reference import rec as _ref
+from . import _arrays, _dispatch
+from ._arrays import Array
+from ._validation import check_bits, check_index, check_seed, check_size, check_u32, private_rng
 
 __all__ = ["candidate", "logits", "gumbel_noise", "sample_index", "sample_indices", "encode_group", "accumulate"]
 
@@ -134,17 +125,9 @@ def candidate(
     index = check_index(index, 24)
     size = check_size(size, "size")
     sigma = _check_sigma(sigma)
-    scale = float(np.float32(sigma))
-    g = _device.gpu_out(out, size, "float32", backend)
-    if g is not None:
-        _backend.cuda_module().stream_normals(g.device, g.stream, seed, index, group, 0, 0, size, scale, g.ptr)
-        return g.obj
-    host = host_out(out, size, np.float32)
-    if _backend.resolve(backend, None, "out") == "reference":
-        host[...] = _ref.candidate(seed, group, index, size, sigma)
-    else:
-        _backend.native().stream_normals(seed, index, group, 0, 0, scale, host)
-    return host if out is None else out
+    kernels, o = _arrays.destination(out, (size,), "float32", backend)
+    kernels.stream_normals(o, seed, index, group, 0, 0, float(np.float32(sigma)))
+    return o.result()
 
 
 def logits(
@@ -189,57 +172,19 @@ def logits(
     scale = _check_real(scale, "scale")
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
-    g = _device.float_gpu_array(phi, "phi")
-    if g is not None:
-        _backend.resolve(backend, g.label, "phi")
-        check_size(g.size, "phi.size")
-        maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
-        if not np.isfinite(maxabs):
-            raise ValueError(f"phi contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
-        out = _device.empty_like(g, (1 << bits,), "float64")
-        _logits_gpu(g, 0, g.size, seed, group, bits, sigma, float(scale), out.ptr)
-        k = 1 << bits
-        maxabs = _backend.cuda_module().norm_stats(out.device, out.stream, [out.ptr], ["float64"], [k], 1.0, scratch=out.scratch)[0, 1]
-        if not np.isfinite(maxabs):
-            raise ValueError(_LOGITS_OVERFLOW)
-        return out.obj
-    phi = float_array(phi, "phi").reshape(-1)
-    check_size(phi.size, "phi.size")
-    lg = _logits_validated(phi, seed, group, bits, sigma, float(scale), backend)
-    if not np.isfinite(lg).all():
-        raise ValueError(_LOGITS_OVERFLOW)
-    return lg
+    a = _arrays.read(phi, "phi")
+    kernels = _dispatch.select(backend, a, "phi")
+    a = _arrays.float_input(a, "phi")
+    out = _arrays.empty(a, (1 << bits,), "float64")
+    kernels.dot_products(a.reshaped((a.size,)), seed, group, float(scale) / sigma, out)
+    _arrays.require_finite(out, "logits", _LOGITS_OVERFLOW)
+    return out.result()
 
 
 _LOGITS_OVERFLOW = (
     "logits overflowed float64: scale * <z_k, phi> / sigma is not finite for this phi, scale and sigma "
     "(phi too large, or sigma too small)"
 )
-
-
-def _logits_validated(
-    phi: np.ndarray, seed: int, group: int, bits: int, sigma: float, scale: float, backend: str
-) -> np.ndarray:
-    """:func:`logits` for host arguments already checked: ``phi`` a finite, non-empty,
-    1-D, C-contiguous float32/float64 array. The codec checks a whole update once and
-    calls this per group, so that no group is scanned twice."""
-    k = 1 << bits
-    if _backend.resolve(backend, None, "phi") == "reference":
-        dots = _ref.dot_products(phi, seed, group, k)
-    else:
-        dots = np.empty(k, dtype=np.float64)
-        _backend.native().rec_dot_products(phi, seed, group, dots)
-    return dots * (scale / sigma)
-
-
-def _logits_gpu(
-    g: _device.GpuArray, start: int, size: int, seed: int, group: int, bits: int, sigma: float, scale: float, out: int
-) -> None:
-    """Logits of ``g[start:start + size]`` into the float64 device pointer ``out``
-    (asynchronous, on ``g``'s stream); arguments already checked."""
-    _backend.cuda_module().rec_dot_products(
-        g.device, g.stream, g.offset(start), g.dtype, size, seed, group, 1 << bits, scale / sigma, out, scratch=g.scratch
-    )
 
 
 def gumbel_noise(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -261,26 +206,26 @@ def _noise(n: int, rng: np.random.Generator | None, gumbel: Any, shape: tuple[in
         return gumbel_noise(n, rng).reshape(shape)
     if rng is not None:
         raise ValueError("pass either rng or gumbel, not both")
-    if _device.is_gpu_array(gumbel):
+    if _arrays.is_gpu_array(gumbel):
         raise ValueError("gumbel must be a host (NumPy) array: the private noise is drawn on the host and uploaded")
-    g = float_array(gumbel, "gumbel").astype(np.float64, copy=False)
-    if g.size != n or (len(shape) > 1 and g.shape != shape):
+    g = _arrays.float_input(gumbel, "gumbel").host
+    assert g is not None
+    if g.size != n or g.shape != shape:
         raise ValueError(f"gumbel must have the shape of logits {shape}, got {g.shape}")
-    return np.ascontiguousarray(g.reshape(shape))
+    return g.astype(np.float64, copy=False).reshape(shape)
 
 
-def _gpu_logits(logits: Any, ndim: int) -> _device.GpuArray | None:
-    g = _device.gpu_array(logits, "logits")
-    if g is None:
-        return None
-    if g.dtype != "float64":
-        raise TypeError(f"logits on the GPU must be float64 (as rec.logits returns them), got {g.dtype}")
-    if len(g.shape) != ndim or g.size == 0:
-        raise ValueError(f"logits must be a non-empty {ndim}-D array, got shape {g.shape}")
-    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
-    if not np.isfinite(maxabs):
-        raise ValueError(f"logits contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
-    return g
+def _logits_input(logits: Any, backend: str) -> tuple[Any, Array]:
+    """The kernels and the checked float64 logits (host or GPU) of a sampling call."""
+    a = _arrays.read(logits, "logits")
+    kernels = _dispatch.select(backend, a, "logits")
+    if a.on_gpu and a.dtype != "float64":
+        # No float64 conversion on the device: the GPU takes what rec.logits returns.
+        raise TypeError(f"logits on the GPU must be float64 (as rec.logits returns them), got {a.dtype}")
+    a = _arrays.float_input(a, "logits")
+    if a.dtype != "float64":
+        a = _arrays.convert(a, "float64")
+    return kernels, a
 
 
 def sample_index(
@@ -303,25 +248,18 @@ def sample_index(
         Explicit Gumbel noise (same length as logits, on the host), for tests; excludes
         ``rng``.
     """
-    if gumbel is not None and not _device.is_gpu_array(gumbel):
-        gumbel = float_array(gumbel, "gumbel").reshape(1, -1)
-    return int(sample_indices(_as_row(logits), rng=rng, gumbel=gumbel, backend=backend)[0])
+    kernels, a = _logits_input(logits, backend)
+    if gumbel is not None and not _arrays.is_gpu_array(gumbel):
+        gumbel = _arrays.float_input(gumbel, "gumbel").host.reshape(1, -1)  # any shape of the right size
+    return int(_sample(kernels, a.reshaped((1, a.size)), rng, gumbel)[0])
 
 
-def _as_row(logits: Any) -> Any:
-    """A 1-D logits vector as a (1, K) batch, without copying GPU arrays."""
-    if _device.is_gpu_array(logits):
-        g = _gpu_logits(logits, 1)
-        assert g is not None
-        return _Batch(g, (1, g.size))
-    return float_array(logits, "logits").astype(np.float64, copy=False).reshape(1, -1)
-
-
-class _Batch:
-    """A GPU logits vector viewed as (G, K), for sample_indices."""
-
-    def __init__(self, g: _device.GpuArray, shape: tuple[int, int]) -> None:
-        self.g, self.shape = g, shape
+def _sample(kernels: Any, lg: Array, rng: np.random.Generator | None, gumbel: Any) -> np.ndarray:
+    """Gumbel-max of each row of the checked (G, K) float64 logits ``lg``."""
+    n_groups, k = lg.shape
+    noise = _noise(n_groups * k, rng, gumbel, (n_groups, k))
+    offsets = np.arange(0, n_groups * k + 1, k, dtype=np.int64)
+    return kernels.gumbel_argmax(lg, noise.reshape(-1), offsets)
 
 
 def sample_indices(
@@ -348,31 +286,10 @@ def sample_indices(
     -------
     numpy.ndarray of int64, shape (G,)
     """
-    g: _device.GpuArray | None
-    shape: tuple[int, ...] = ()
-    if isinstance(logits, _Batch):
-        g, shape = logits.g, logits.shape
-    else:
-        g = _gpu_logits(logits, 2)
-        shape = g.shape if g is not None else ()
-    if g is not None:
-        _backend.resolve(backend, g.label, "logits")
-        n_groups, k = shape
-        noise = _noise(n_groups * k, rng, gumbel, (n_groups, k))
-        offsets = np.arange(0, n_groups * k + 1, k, dtype=np.int64)
-        return _backend.cuda_module().gumbel_argmax(g.device, g.stream, g.ptr, noise.reshape(-1), offsets, scratch=g.scratch)
-    lg = float_array(logits, "logits").astype(np.float64, copy=False)
-    if lg.ndim != 2:
-        raise ValueError(f"logits must be 2-D (groups, candidates), got shape {lg.shape}")
-    noise = _noise(lg.size, rng, gumbel, lg.shape)
-    which = _backend.resolve(backend, None, "logits")
-    out = np.empty(lg.shape[0], dtype=np.int64)
-    for row in range(lg.shape[0]):
-        if which == "reference":
-            out[row] = _ref.gumbel_argmax(lg[row], noise[row])
-        else:
-            out[row] = _backend.native().gumbel_argmax(np.ascontiguousarray(lg[row]), noise[row])
-    return out
+    kernels, a = _logits_input(logits, backend)
+    if len(a.shape) != 2:
+        raise ValueError(f"logits must be 2-D (groups, candidates), got shape {a.shape}")
+    return _sample(kernels, a, rng, gumbel)
 
 
 def encode_group(
@@ -454,29 +371,17 @@ def accumulate(
         overflow to inf, so such weights are refused before ``out`` is touched. (An ``out``
         that already holds values near its dtype's maximum can still overflow.)
     """
-    g = _device.gpu_array(out, "out")
-    if g is not None:
-        which = _backend.resolve(backend, g.label, "out")
-        if g.dtype not in ("float32", "float64"):
-            raise TypeError(f"out must be a float32 or float64 array, got {g.dtype}")
-        if g.readonly:
-            raise ValueError("out is read-only")
-        check_size(g.size, "out.size")
-    else:
-        if not isinstance(out, np.ndarray) or out.dtype not in (np.float32, np.float64):
-            raise TypeError("out must be a float32 or float64 numpy.ndarray, or such a GPU array")
-        if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a 1-D, C-contiguous, writeable array")
-        check_size(out.size, "out.size")
-        which = _backend.resolve(backend, None, "out")
-    out_dtype = np.dtype(g.dtype) if g is not None else out.dtype
-    group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights, out_dtype)
-    if g is not None:
-        _backend.cuda_module().accumulate(g.device, g.stream, g.ptr, g.dtype, g.size, group, seeds_u, idx_u, coefs, scratch=g.scratch)
-    elif which == "reference":
-        _ref.accumulate(out, group, seeds_u, idx_u, coefs)
-    else:
-        _backend.native().rec_accumulate(out, group, seeds_u, idx_u, coefs)
+    o = _arrays.read(out, "out")
+    kernels = _dispatch.select(backend, o, "out")
+    if o.dtype not in ("float32", "float64") or not (o.on_gpu or isinstance(o.obj, np.ndarray)):
+        raise TypeError(f"out must be a float32 or float64 numpy.ndarray, or such a GPU array, got {o!r}")
+    if not o.on_gpu and (len(o.shape) != 1 or not o.host.flags.c_contiguous):
+        raise ValueError("out must be a 1-D, C-contiguous, writeable array")
+    if o.readonly:
+        raise ValueError("out must be a 1-D, C-contiguous, writeable array (it is read-only)")
+    check_size(o.size, "out.size")
+    group, seeds_u, idx_u, coefs = _client_params(group, seeds, indices, sigma, weights, np.dtype(o.dtype))
+    kernels.accumulate(o, group, seeds_u, idx_u, coefs)
     return out
 
 

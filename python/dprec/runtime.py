@@ -20,7 +20,7 @@ not wait for those kernels, which finish with the settings they started with.
 
 from __future__ import annotations
 
-from ._backend import native, warn_num_threads_env
+from ._native import native, warn_num_threads_env
 from ._validation import check_int
 
 

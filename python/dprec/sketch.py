@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend, _device
-from ._validation import check_int, check_seed, check_u32, float_array
+from . import _arrays, _dispatch
+from ._validation import check_int, check_seed, check_u32
 from .constants import MAX_STREAM_ELEMENTS
-from .reference import sketch as _ref
 
 __all__ = ["CountSketch", "MAX_ROWS", "MAX_GPU_MEDIAN_ROWS"]
 
@@ -39,18 +38,11 @@ _MAX_COLS = 0xFFFFFFFF  # buckets are (w * cols) >> 32 with a 32-bit cols
 #: Most rows of a median decode on the GPU. The CPU sorts up to 32 rows with a sorting
 #: network that the GPU repeats exactly (signed zeros included); beyond that the CPU's
 #: selection algorithm cannot be reproduced bit for bit. The mean decode has no such cap.
-MAX_GPU_MEDIAN_ROWS = 32
-
-
-def _check_finite_gpu(g: _device.GpuArray, name: str) -> None:
-    """ValueError if the GPU array holds NaN or infinity (waits for the caller's stream once)."""
-    maxabs = _backend.cuda_module().norm_stats(g.device, g.stream, [g.ptr], [g.dtype], [g.size], 1.0, scratch=g.scratch)[0, 1]
-    if not np.isfinite(maxabs):
-        raise ValueError(f"{name} contains {'NaN' if np.isnan(maxabs) else 'infinite'} values")
+MAX_GPU_MEDIAN_ROWS: int = _dispatch.kernels("cuda").max_median_rows
 
 
 def _shape_check(name: str, shape: tuple[int, ...]) -> Any:
-    """The exact-shape rule for ``name``, run by float_array before anything is converted or copied."""
+    """The exact-shape rule for ``name``, run by _arrays.float_input before anything is converted or copied."""
 
     def check(got: tuple[int, ...]) -> None:
         if tuple(got) != shape:
@@ -164,67 +156,15 @@ class CountSketch:
         memory is bounded (about 128 MiB for float32 tables, 192 MiB for float64)
         whatever the sizes.
         """
-        gx = _device.float_gpu_array(x, "x", _shape_check("x", (self._dim,)))
-        go = _device.gpu_array(out, "out") if out is not None else None
-        if out is not None:
-            _device.same_device([("x", gx), ("out", go)])
-        be = _backend.resolve(backend, gx.label if gx is not None else None, "x")
-        if gx is not None:
-            return self._encode_gpu(gx, go, out)
-        a = float_array(x, "x", check_shape=_shape_check("x", (self._dim,)))  # before any copy
-        if out is None:
-            table = np.zeros(self.shape, dtype=a.dtype)
-        else:
-            if not isinstance(out, np.ndarray):
-                raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-            if out.dtype not in (np.float32, np.float64):
-                raise TypeError(f"out must have dtype float32 or float64, got {out.dtype}")
-            if out.shape != self.shape:
-                raise ValueError(f"out must have shape {self.shape}, got {out.shape}")
-            if not out.flags.c_contiguous or not out.flags.writeable:
-                raise ValueError("out must be C-contiguous and writeable")
-            table = out
-            a = a.astype(out.dtype, copy=False)
-        if be == "cpu":
-            _backend.native().count_sketch_encode(
-                a, self._seed, self._group, self._rows, self._cols, self.scale, table.reshape(-1)
-            )
-        else:
-            _ref.count_sketch_encode(a, self._seed, self._rows, self._cols, self._group, self._normalize, table)
-        return table
-
-    def _encode_gpu(self, gx: _device.GpuArray, go: _device.GpuArray | None, out: Any) -> Any:
-        if gx.shape != (self._dim,):
-            raise ValueError(f"x must have shape ({self._dim},), got {gx.shape}")
-        if go is not None:
-            if go.dtype not in ("float32", "float64"):
-                raise TypeError(f"out must have dtype float32 or float64, got {go.dtype}")
-            if go.shape != self.shape:
-                raise ValueError(f"out must have shape {self.shape}, got {go.shape}")
-            if go.readonly:
-                raise ValueError("out must be writeable (it is a read-only GPU array)")
-        _check_finite_gpu(gx, "x")
-        cuda = _backend.cuda_module()
-        if go is None:
-            table = _device.empty_like(gx, self.shape, gx.dtype)
-            cuda.memset_zero(table.device, gx.stream, table.ptr, table.size * table.itemsize)
-        else:
-            table = go
-        cuda.count_sketch_encode(
-            gx.device,
-            gx.stream,
-            gx.ptr,
-            gx.dtype,
-            self._dim,
-            self._seed,
-            self._group,
-            self._rows,
-            self._cols,
-            self.scale,
-            table.ptr,
-            table.dtype, scratch=gx.scratch,
-        )
-        return out if go is not None else table.obj
+        a = _arrays.read(x, "x")
+        o = _arrays.read(out, "out") if out is not None else None
+        _arrays.same_device([("x", a), ("out", o)])
+        kernels = _dispatch.select(backend, a, "x")
+        src = _arrays.float_input(a, "x", check_shape=_shape_check("x", (self._dim,)))  # before any copy
+        table = _arrays.output(o, self.shape, ("float32", "float64") if o is not None else (src.dtype,), like=src,
+                               like_name="x", zero=True)
+        kernels.count_sketch_encode(src, self._seed, self._group, self._rows, self._cols, self.scale, table)
+        return out if out is not None else table.result()
 
     def decode(self, table: Any, method: str = "mean", *, backend: str = "auto") -> Any:
         """Estimate the vector from a (possibly summed) table.
@@ -250,41 +190,18 @@ class CountSketch:
         """
         if method not in ("mean", "median"):
             raise ValueError(f"method must be 'mean' or 'median', got {method!r}")
-        gt = _device.float_gpu_array(table, "table", _shape_check("table", self.shape))
-        be = _backend.resolve(backend, gt.label if gt is not None else None, "table")
+        a = _arrays.read(table, "table")
+        kernels = _dispatch.select(backend, a, "table")
+        t = _arrays.float_input(a, "table", check_shape=_shape_check("table", self.shape))  # before any copy
+        limit = getattr(kernels, "max_median_rows", None)
+        if method == "median" and limit is not None and self._rows > limit:
+            raise ValueError(
+                f"rows must be at most {limit} for the median decode on the GPU, got {self._rows} "
+                "(use method='mean', or decode a host copy of the table)"
+            )
+        est = _arrays.empty(t, (self._dim,), t.dtype)
         median_scale = float(self._rows) if self._normalize else 1.0
-        if gt is not None:
-            if gt.shape != self.shape:
-                raise ValueError(f"table must have shape {self.shape}, got {gt.shape}")
-            if method == "median" and self._rows > MAX_GPU_MEDIAN_ROWS:
-                raise ValueError(
-                    f"rows must be at most {MAX_GPU_MEDIAN_ROWS} for the median decode on the GPU, got {self._rows} "
-                    "(use method='mean', or decode a host copy of the table)"
-                )
-            _check_finite_gpu(gt, "table")
-            out = _device.empty_like(gt, (self._dim,), gt.dtype)
-            _backend.cuda_module().count_sketch_decode(
-                gt.device,
-                gt.stream,
-                gt.ptr,
-                gt.dtype,
-                self._dim,
-                self._seed,
-                self._group,
-                self._rows,
-                self._cols,
-                method == "median",
-                median_scale,
-                out.ptr,
-            )
-            return out.obj
-        t = float_array(table, "table", check_shape=_shape_check("table", self.shape))  # before any copy
-        if be != "cpu":
-            return _ref.count_sketch_decode(
-                t, self._dim, self._seed, self._rows, self._cols, self._group, self._normalize, method
-            )
-        out = np.empty(self._dim, dtype=t.dtype)
-        _backend.native().count_sketch_decode(
-            t.reshape(-1), self._seed, self._group, self._rows, self._cols, method == "median", median_scale, out
+        kernels.count_sketch_decode(
+            t, self._dim, self._seed, self._group, self._rows, self._cols, method == "median", median_scale, est
         )
-        return out
+        return est.result()

@@ -1,8 +1,8 @@
-"""Backend selection: "cpu" (native), "cuda" (native), "reference" (pure NumPy), "auto".
+"""The compiled modules: ``dprec._core`` (CPU kernels, always built) and ``dprec._cuda``
+(CUDA kernels, optional), loaded once, with the reason when one cannot be used.
 
-"auto" follows the data: GPU arrays run on "cuda", host arrays on "cpu" (or on the
-reference when the native module is missing). Asking for a backend on data that lives
-elsewhere is an error rather than a hidden copy.
+Only this module and the native backends (``dprec._backends.cpu``, ``dprec._backends.cuda``)
+touch the compiled modules; the public API reaches them through ``dprec._dispatch``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ if _CUDA_BUILT:
     except ImportError as exc:  # e.g. a libstdc++ too old for the extension
         _CUDA_IMPORT_ERROR = str(exc)
 
-BACKENDS = ("auto", "cpu", "cuda", "reference")
 _cuda_reason: str | None = None  # cached: why no device is usable ("" when one is)
 
 
@@ -103,51 +102,3 @@ def cuda_module() -> ModuleType:
     if _cuda is None or not cuda_available():
         raise ValueError(f"the CUDA backend is unavailable: {cuda_unavailable_reason()}")
     return _cuda
-
-
-def _check_name(backend: Any) -> None:
-    if not isinstance(backend, str) or backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-
-
-def resolve(backend: Any, data: str | None = None, name: str = "the input", *, host_data: bool = True) -> str:
-    """Map a user's backend argument to "cpu", "cuda" or "reference".
-
-    ``data`` is where the call's arrays live: None for host memory, "cuda:N" for a GPU.
-    ``host_data=False`` says the call has no array at all (e.g. a decode without ``out``),
-    so that ``backend="cuda"`` may allocate on the GPU.
-    """
-    _check_name(backend)
-    on_gpu = data is not None
-    if backend == "auto":
-        backend = "cuda" if on_gpu else ("cpu" if _native is not None else "reference")
-    if backend == "cuda":
-        if not cuda_available():
-            raise ValueError(f"backend='cuda' is not available: {cuda_unavailable_reason()}")
-        if not on_gpu and host_data:
-            raise ValueError(
-                f"{name} is on the host, but backend='cuda' needs GPU arrays; use backend='auto' or 'cpu', "
-                "or move the data to a GPU"
-            )
-    elif on_gpu:
-        raise ValueError(
-            f"{name} is on {data}, but backend={backend!r} runs on the host; use backend='auto' or 'cuda', "
-            "or copy the data to the host first"
-        )
-    elif backend == "cpu":
-        native()
-    return backend
-
-
-def check_backend(backend: Any) -> None:
-    """Validate a backend argument where no data is at hand (e.g. a codec's constructor)."""
-    _check_name(backend)
-    if backend == "cuda" and not cuda_available():
-        raise ValueError(f"backend='cuda' is not available: {cuda_unavailable_reason()}")
-    if backend == "cpu":
-        native()
-
-
-def available_backends() -> list[str]:
-    """Backends usable on this machine, best first."""
-    return (["cuda"] if cuda_available() else []) + (["cpu"] if _native is not None else []) + ["reference"]

@@ -1,0 +1,124 @@
+"""The three kernel backends, each offering the operations of :class:`Kernels`.
+
+* :mod:`.cpu`: the native CPU module ``dprec._core`` (SIMD, multi-threaded);
+* :mod:`.cuda`: the native CUDA module ``dprec._cuda``, on the caller's device and stream;
+* :mod:`.reference`: pure NumPy, the cross-check of the native ones (it imports neither).
+
+Every operation takes :class:`dprec._arrays.Array` arguments that the caller has already
+validated (dtype, contiguity, sizes, finiteness, one device), writes into the outputs it is
+given and allocates nothing the caller sees. Host-side parameters (seeds, indices,
+coefficients, Gumbel noise, offsets) are NumPy arrays whatever the backend. Adding an
+operation means one method here in :class:`Kernels` and one in each backend.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from . import cpu, cuda, reference
+
+if TYPE_CHECKING:
+    from .._arrays import Array
+
+__all__ = ["Kernels", "BY_NAME"]
+
+
+class Kernels(Protocol):
+    """The operations every backend implements, with these signatures."""
+
+    name: str
+
+    # -- scans and conversions ---------------------------------------------------------------
+    def all_finite(self, x: Array) -> bool:
+        """No NaN or infinity in ``x`` (on a GPU this waits for the stream)."""
+
+    def max_abs(self, xs: list[Array]) -> list[float]:
+        """``max |x|`` of each array, NaN where it holds a NaN (on a GPU: one wait)."""
+
+    def norm_stats(self, xs: list[Array], divisor: float) -> tuple[list[float], list[float] | None]:
+        """``sum (x / divisor)**2`` of each array in float64, and ``max |x|`` where the same pass
+        yields it (the GPU: one wait for both), else None (the host: :meth:`max_abs` on demand)."""
+
+    def convert(self, src: Array, dst: Array) -> None:
+        """``dst <- src`` in ``dst``'s dtype (float32, or float64 from float64)."""
+
+    def scale(self, src: Array, factor: float, dst: Array) -> None:
+        """``dst <- src * factor`` for float64 arrays."""
+
+    def fill_zero(self, a: Array) -> None: ...
+
+    # -- Philox streams (SPEC §2) ---------------------------------------------------------------
+    def philox4x32(self, counter: npt.NDArray[np.uint32], key: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
+        """Philox4x32-10 of host counters (shape (..., 4)) under ``key`` (2 words)."""
+
+    def stream_words(self, out: Array, seed: int, substream: int, group: int, domain: int, offset: int) -> None:
+        """Elements ``offset .. offset + out.size - 1`` of a stream, as uint32 words."""
+
+    def stream_normals(
+        self, out: Array, seed: int, substream: int, group: int, domain: int, offset: int, scale: float
+    ) -> None:
+        """``float32(scale) * z`` for the standard normals of those elements (float32)."""
+
+    # -- DP-REC (SPEC §3) -----------------------------------------------------------------------
+    def dot_products(self, phi: Array, seed: int, group: int, factor: float, out: Array) -> None:
+        """``out[k] = factor * <z_k, phi>`` for ``k < out.size`` (float64)."""
+
+    def gumbel_argmax(
+        self, logits: Array, noise: npt.NDArray[np.float64], offsets: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """Per segment ``offsets[g] .. offsets[g+1]`` of the flat float64 ``logits``, the first
+        ``argmax (logits + noise)`` (relative to the segment)."""
+
+    def accumulate(
+        self,
+        out: Array,
+        group: int,
+        seeds: npt.NDArray[np.uint64],
+        indices: npt.NDArray[np.uint32],
+        coefs: npt.NDArray[np.float64],
+    ) -> None:
+        """``out += coefs[c] * z_c`` client after client, in ``out``'s dtype."""
+
+    def aggregate_f32(
+        self,
+        out: Array,
+        group: int,
+        seeds: npt.NDArray[np.uint64],
+        indices: npt.NDArray[np.uint32],
+        coefs: npt.NDArray[np.float64],
+    ) -> None:
+        """``out <- float32(sum_c coefs[c] * z_c)``, the sum taken in float64 client after client."""
+
+    # -- Hadamard and count-sketch (SPEC §4) ---------------------------------------------------
+    def fwht(self, src: Array, dst: Array, n: int, normalize: bool) -> None:
+        """``dst <- H_n src`` row by row (rows of ``n``); ``dst`` may be ``src``."""
+
+    def randomized_hadamard(
+        self, src: Array, dst: Array, dim: int, n: int, seed: int, group: int, repeats: int, inverse: bool
+    ) -> None:
+        """Forward (rows of ``dim`` -> rows of ``n``) or inverse rotation; ``dst`` is not ``src``."""
+
+    def count_sketch_encode(
+        self, x: Array, seed: int, group: int, rows: int, cols: int, scale: float, table: Array
+    ) -> None:
+        """``table[r, h_r(j)] += s_r(j) * x[j] * scale`` (``x`` in the table's dtype)."""
+
+    def count_sketch_decode(
+        self,
+        table: Array,
+        dim: int,
+        seed: int,
+        group: int,
+        rows: int,
+        cols: int,
+        median: bool,
+        median_scale: float,
+        out: Array,
+    ) -> None:
+        """The mean or median estimate of the sketched vector into ``out``."""
+
+
+BY_NAME: dict[str, Kernels] = {"cpu": cpu.CPU, "cuda": cuda.CUDA, "reference": reference.REFERENCE}

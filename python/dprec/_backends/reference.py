@@ -1,0 +1,107 @@
+"""The reference backend: every operation of :class:`dprec._backends.Kernels` in pure NumPy,
+from :mod:`dprec.reference`. It never imports the native modules."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..reference import hadamard as _hadamard
+from ..reference import philox as _philox
+from ..reference import rec as _rec
+from ..reference import sketch as _sketch
+from . import host
+
+if TYPE_CHECKING:
+    from .._arrays import Array
+
+
+class ReferenceKernels:
+    name = "reference"
+
+    max_abs = staticmethod(host.max_abs)
+    norm_stats = staticmethod(host.norm_stats)
+    convert = staticmethod(host.convert)
+    scale = staticmethod(host.scale)
+    fill_zero = staticmethod(host.fill_zero)
+
+    @staticmethod
+    def all_finite(x: Array) -> bool:
+        return bool(np.isfinite(x.host).all())
+
+    @staticmethod
+    def philox4x32(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
+        return _philox.philox4x32(counter, key)
+
+    @staticmethod
+    def stream_words(out: Array, seed: int, substream: int, group: int, domain: int, offset: int) -> None:
+        assert out.host is not None
+        out.host[...] = _philox.stream_words(seed, out.size, substream, group, domain, offset).reshape(out.host.shape)
+
+    @staticmethod
+    def stream_normals(
+        out: Array, seed: int, substream: int, group: int, domain: int, offset: int, scale: float
+    ) -> None:
+        assert out.host is not None
+        z = _philox.stream_normals(seed, out.size, substream, group, offset, domain)
+        out.host[...] = (np.float32(scale) * z).reshape(out.host.shape)
+
+    @staticmethod
+    def dot_products(phi: Array, seed: int, group: int, factor: float, out: Array) -> None:
+        assert out.host is not None
+        out.host[...] = _rec.dot_products(phi.host, seed, group, out.size) * factor
+
+    @staticmethod
+    def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        lg = logits.host.reshape(-1)
+        return np.array([_rec.gumbel_argmax(lg[a:b], noise[a:b]) for a, b in host.segments(offsets)], dtype=np.int64)
+
+    @staticmethod
+    def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:
+        _rec.accumulate(out.host.reshape(-1), group, seeds, indices, coefs)
+
+    @staticmethod
+    def aggregate_f32(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:
+        acc = np.zeros(out.size, dtype=np.float64)
+        _rec.accumulate(acc, group, seeds, indices, coefs)
+        out.host.reshape(-1)[...] = acc
+
+    @staticmethod
+    def fwht(src: Array, dst: Array, n: int, normalize: bool) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            dst.host.reshape(-1, n)[...] = _hadamard.fwht(src.host.reshape(-1, n), normalize)
+
+    @staticmethod
+    def randomized_hadamard(
+        src: Array, dst: Array, dim: int, n: int, seed: int, group: int, repeats: int, inverse: bool
+    ) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if inverse:
+                y = _hadamard.randomized_hadamard_inverse(src.host.reshape(-1, n), dim, seed, repeats, group)
+                dst.host.reshape(-1, dim)[...] = y
+            else:
+                y = _hadamard.randomized_hadamard_forward(src.host.reshape(-1, dim), dim, seed, repeats, group)
+                dst.host.reshape(-1, n)[...] = y
+
+    @staticmethod
+    def count_sketch_encode(
+        x: Array, seed: int, group: int, rows: int, cols: int, scale: float, table: Array
+    ) -> None:
+        # The reference spells the scale as count-mean (1/rows) or not (1).
+        if scale not in (1.0, 1.0 / rows):
+            raise ValueError(f"the reference count-sketch scales by 1/rows or 1, got {scale!r}")
+        _sketch.count_sketch_encode(x.host.reshape(-1), seed, rows, cols, group, scale != 1.0,
+                                    table.host.reshape(rows, cols))
+
+    @staticmethod
+    def count_sketch_decode(
+        table: Array, dim: int, seed: int, group: int, rows: int, cols: int, median: bool, median_scale: float,
+        out: Array,
+    ) -> None:
+        est = _sketch.count_sketch_decode(table.host.reshape(rows, cols), dim, seed, rows, cols, group,
+                                          median_scale != 1.0, "median" if median else "mean")
+        out.host.reshape(-1)[...] = est
+
+
+REFERENCE = ReferenceKernels()
