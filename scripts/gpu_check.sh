@@ -81,7 +81,7 @@ import torch, dprec
 from dprec import rec
 x = torch.randn(1 << 24, device='cuda')
 rec.logits(x, 1, 2, 7, sigma=1.0)
-dprec._backend.cuda_module().generate_only(0, torch.cuda.current_stream().cuda_stream, 1 << 24, 1, 2, 128)
+dprec._native.cuda_module().generate_only(0, torch.cuda.current_stream().cuda_stream, 1 << 24, 1, 2, 128)
 torch.cuda.synchronize()"
   run 120 ncu-fwht ncu --kernel-name regex:fwht_pass --launch-count 2 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy "$PY" -c "

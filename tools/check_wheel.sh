@@ -98,7 +98,7 @@ run_tests() {  # run_tests VENV LABEL: the tests, from a copy outside the source
     testdir="$(mktemp -d "$OUT/tests-$label.XXXX")"
     cp -r "$REPO/tests" "$REPO/README.md" "$REPO/bench" "$REPO/csrc" "$testdir/"
     (cd "$testdir" && "$venv/bin/python" - <<'PY'
-import dprec, dprec._backend as b
+import dprec, dprec._native as b
 assert "site-packages" in dprec.__file__, f"dprec was imported from {dprec.__file__}"
 print("dprec imported from", dprec.__file__)
 if b._CUDA_BUILT:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from types import ModuleType
-from typing import Any
 
 _native: ModuleType | None
 try:  # the compiled module is optional at import time so that errors are reported clearly

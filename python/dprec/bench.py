@@ -654,6 +654,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
 
 
+def _option_value(value: int, option: str, low: int, high: int | None = None) -> int:
+    """``value`` of the command-line ``option`` if in ``low..high`` (or ``>= low``); SystemExit naming it otherwise."""
+    if high is None:
+        if value < low:
+            raise SystemExit(f"{option} must be >= {low}")
+    elif not low <= value <= high:
+        raise SystemExit(f"{option} must be in {low}..{high}")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     cfg = BenchConfig()
     if args.quick:
@@ -666,23 +676,15 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     if args.sizes is not None:
         cfg.sizes = args.sizes
     if args.bits is not None:
-        if not 1 <= args.bits <= 24:
-            raise SystemExit("--bits must be in 1..24")
-        cfg.bits = args.bits
+        cfg.bits = _option_value(args.bits, "--bits", 1, 24)
     if args.extra is not None:
         cfg.extra = args.extra
     if args.repeat is not None:
-        if args.repeat < 1:
-            raise SystemExit("--repeat must be >= 1")
-        cfg.repeat = args.repeat
+        cfg.repeat = _option_value(args.repeat, "--repeat", 1)
     if args.ref_bits is not None:
-        if not 1 <= args.ref_bits <= 24:
-            raise SystemExit("--ref-bits must be in 1..24")
-        cfg.ref_bits = args.ref_bits
+        cfg.ref_bits = _option_value(args.ref_bits, "--ref-bits", 1, 24)
     if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit("--threads must be >= 1")
-        cfg.threads = args.threads
+        cfg.threads = _option_value(args.threads, "--threads", 1)
     cfg.stat = args.stat
     cfg.torch = not args.no_torch
     cfg.progress = not args.no_progress

@@ -64,24 +64,27 @@ def check_finite(value: Any, name: str) -> float:
     return out
 
 
-def check_positive(value: Any, name: str, *, allow_inf: bool = False) -> float:
-    """A real number > 0 (finite unless ``allow_inf``)."""
+def _check_from_zero(value: Any, name: str, *, strict: bool, allow_inf: bool) -> float:
+    """A real number > 0 (``strict``) or >= 0, finite unless ``allow_inf``.
+
+    The bound is checked before finiteness, so ``-inf`` is reported as below 0, not as infinite.
+    """
     out = _as_float(value, name)
-    if not out > 0.0:
-        raise ValueError(f"{name} must be > 0, got {out!r}")
+    if not (out > 0.0 if strict else out >= 0.0):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} 0, got {out!r}")
     if math.isinf(out) and not allow_inf:
         raise ValueError(f"{name} must be finite, got {out!r}")
     return out
+
+
+def check_positive(value: Any, name: str, *, allow_inf: bool = False) -> float:
+    """A real number > 0 (finite unless ``allow_inf``)."""
+    return _check_from_zero(value, name, strict=True, allow_inf=allow_inf)
 
 
 def check_nonnegative(value: Any, name: str, *, allow_inf: bool = False) -> float:
     """A real number >= 0 (finite unless ``allow_inf``)."""
-    out = _as_float(value, name)
-    if not out >= 0.0:
-        raise ValueError(f"{name} must be >= 0, got {out!r}")
-    if math.isinf(out) and not allow_inf:
-        raise ValueError(f"{name} must be finite, got {out!r}")
-    return out
+    return _check_from_zero(value, name, strict=False, allow_inf=allow_inf)
 
 
 def check_probability(value: Any, name: str, *, allow_zero: bool = False) -> float:

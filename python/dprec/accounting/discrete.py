@@ -135,8 +135,52 @@ def _default_l1(l2: float, dim: int, granularity: float) -> float:
     return l2 * min(math.sqrt(dim), l2 / granularity)
 
 
-def _checked_orders(orders: Any) -> np.ndarray:
-    return DISCRETE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
+def _sensitivity_params(
+    l2_sensitivity: Any, noise_stddev: Any, num_clients: Any, dim: Any, granularity: Any, l1_sensitivity: Any
+) -> tuple[float, float, int, int, float, float]:
+    """Check the parameters DDG and Skellam share, in one order for both (the first bad one is named).
+
+    ``l1_sensitivity=None`` becomes the default bound of :func:`_default_l1`.
+    """
+    l2 = check_nonnegative(l2_sensitivity, "l2_sensitivity")
+    sigma = check_positive(noise_stddev, "noise_stddev")
+    n = check_count(num_clients, "num_clients")
+    d = check_count(dim, "dim")
+    gamma = check_positive(granularity, "granularity")
+    l1 = _default_l1(l2, d, gamma) if l1_sensitivity is None else check_nonnegative(l1_sensitivity, "l1_sensitivity")
+    return l2, sigma, n, d, gamma, l1
+
+
+def _composed_epsilon(
+    mechanism_rdp: Callable[..., np.ndarray], orders: Any, delta: Any, steps: Any, method: str, **mechanism: Any
+) -> tuple[float, float]:
+    """(eps, best order) of ``steps`` compositions of ``mechanism_rdp(orders, **mechanism)`` at ``delta``.
+
+    What :func:`ddg_epsilon` and :func:`skellam_epsilon` share: ``orders`` (default
+    :data:`DISCRETE_DEFAULT_ORDERS`), ``delta`` and ``steps`` are checked before the mechanism's
+    own parameters; RDP composes additively over steps (Mironov 2017, Proposition 1) and
+    :func:`dprec.accounting.rdp.rdp_to_epsilon` converts.
+    """
+    alphas = DISCRETE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
+    delta = check_delta(delta)
+    steps = check_count(steps, "steps")
+    rdp = mechanism_rdp(alphas, **mechanism)
+    return rdp_to_epsilon(alphas, steps * rdp, delta, method=method)
+
+
+def _noise_for_epsilon(
+    mechanism_epsilon: Callable[..., tuple[float, float]], target_epsilon: Any, **params: Any
+) -> float:
+    """Smallest ``noise_stddev`` with ``mechanism_epsilon(noise_stddev=..., **params)[0] <= target_epsilon``.
+
+    What :func:`ddg_noise_for_epsilon` and :func:`skellam_noise_for_epsilon` share; the epsilon
+    of either mechanism decreases in sigma, which :func:`_calibrate` relies on.
+    """
+    target = check_epsilon(target_epsilon, "target_epsilon")
+    if target == 0.0:
+        raise ValueError("target_epsilon must be > 0 (epsilon 0 needs infinite noise)")
+    mechanism_epsilon(noise_stddev=1.0, **params)  # validates every parameter once, up front
+    return _calibrate(lambda s: mechanism_epsilon(noise_stddev=s, **params)[0], target, "noise_stddev")
 
 
 def _calibrate(eps_of_sigma: Callable[[float], float], target: float, name: str) -> float:
@@ -190,18 +234,6 @@ def ddg_tau(noise_stddev: float, num_clients: int, granularity: float = 1.0) -> 
     return 10.0 * total
 
 
-def _ddg_params(
-    l2_sensitivity: Any, noise_stddev: Any, num_clients: Any, dim: Any, granularity: Any, l1_sensitivity: Any
-):
-    l2 = check_nonnegative(l2_sensitivity, "l2_sensitivity")
-    sigma = check_positive(noise_stddev, "noise_stddev")
-    n = check_count(num_clients, "num_clients")
-    d = check_count(dim, "dim")
-    gamma = check_positive(granularity, "granularity")
-    l1 = _default_l1(l2, d, gamma) if l1_sensitivity is None else check_nonnegative(l1_sensitivity, "l1_sensitivity")
-    return l2, sigma, n, d, gamma, l1
-
-
 def ddg_concentrated_epsilon(
     l2_sensitivity: float,
     noise_stddev: float,
@@ -229,7 +261,7 @@ def ddg_concentrated_epsilon(
     granularity : float
         gamma > 0.
     """
-    l2, sigma, n, d, gamma, _ = _ddg_params(l2_sensitivity, noise_stddev, num_clients, dim, granularity, 0.0)
+    l2, sigma, n, d, gamma, _ = _sensitivity_params(l2_sensitivity, noise_stddev, num_clients, dim, granularity, 0.0)
     tau = ddg_tau(sigma, n, gamma)
     s2 = l2 / (math.sqrt(n) * sigma)  # Delta2 / (sqrt(n) sigma); n sigma^2 itself can underflow to 0
     first = math.sqrt(s2 * s2 + 0.5 * tau * d)
@@ -273,7 +305,7 @@ def ddg_rdp(
         float64 RDP of one step at each order.
     """
     alphas = check_orders(orders)
-    l2, sigma, n, d, gamma, l1 = _ddg_params(
+    l2, sigma, n, d, gamma, l1 = _sensitivity_params(
         l2_sensitivity, noise_stddev, num_clients, dim, granularity, l1_sensitivity
     )
     q = check_probability(sampling_rate, "sampling_rate")
@@ -313,11 +345,12 @@ def ddg_epsilon(
     :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017, Prop. 3 by default). ``orders``
     defaults to the integers 2..256.
     """
-    alphas = _checked_orders(orders)
-    delta = check_delta(delta)
-    steps = check_count(steps, "steps")
-    rdp = ddg_rdp(
-        alphas,
+    return _composed_epsilon(
+        ddg_rdp,
+        orders,
+        delta,
+        steps,
+        method,
         l2_sensitivity=l2_sensitivity,
         noise_stddev=noise_stddev,
         num_clients=num_clients,
@@ -326,7 +359,6 @@ def ddg_epsilon(
         l1_sensitivity=l1_sensitivity,
         sampling_rate=sampling_rate,
     )
-    return rdp_to_epsilon(alphas, steps * rdp, delta, method=method)
 
 
 def ddg_noise_for_epsilon(
@@ -350,10 +382,9 @@ def ddg_noise_for_epsilon(
     The epsilon of :func:`ddg_epsilon` decreases in sigma (both 1/sigma and tau do), so the
     answer is found by root finding on log sigma and then nudged up until the target holds.
     """
-    target = check_epsilon(target_epsilon, "target_epsilon")
-    if target == 0.0:
-        raise ValueError("target_epsilon must be > 0 (epsilon 0 needs infinite noise)")
-    kwargs = dict(
+    return _noise_for_epsilon(
+        ddg_epsilon,
+        target_epsilon,
         l2_sensitivity=l2_sensitivity,
         num_clients=num_clients,
         dim=dim,
@@ -365,8 +396,6 @@ def ddg_noise_for_epsilon(
         orders=orders,
         method=method,
     )
-    ddg_epsilon(noise_stddev=1.0, **kwargs)  # validates every parameter once, up front
-    return _calibrate(lambda s: ddg_epsilon(noise_stddev=s, **kwargs)[0], target, "noise_stddev")
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,12 +443,9 @@ def skellam_rdp(
         Poisson sampling rate in (0, 1].
     """
     alphas = check_orders(orders)
-    l2 = check_nonnegative(l2_sensitivity, "l2_sensitivity")
-    sigma = check_positive(noise_stddev, "noise_stddev")
-    n = check_count(num_clients, "num_clients")
-    d = check_count(dim, "dim")
-    gamma = check_positive(granularity, "granularity")
-    l1 = _default_l1(l2, d, gamma) if l1_sensitivity is None else check_nonnegative(l1_sensitivity, "l1_sensitivity")
+    l2, sigma, n, d, gamma, l1 = _sensitivity_params(
+        l2_sensitivity, noise_stddev, num_clients, dim, granularity, l1_sensitivity
+    )
     q = check_probability(sampling_rate, "sampling_rate")
     d2 = l2 / gamma
     d1 = l1 / gamma
@@ -457,11 +483,12 @@ def skellam_epsilon(
     composed additively, converted by :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017,
     Prop. 3 by default). ``orders`` defaults to the integers 2..256.
     """
-    alphas = _checked_orders(orders)
-    delta = check_delta(delta)
-    steps = check_count(steps, "steps")
-    rdp = skellam_rdp(
-        alphas,
+    return _composed_epsilon(
+        skellam_rdp,
+        orders,
+        delta,
+        steps,
+        method,
         l2_sensitivity=l2_sensitivity,
         noise_stddev=noise_stddev,
         num_clients=num_clients,
@@ -470,7 +497,6 @@ def skellam_epsilon(
         l1_sensitivity=l1_sensitivity,
         sampling_rate=sampling_rate,
     )
-    return rdp_to_epsilon(alphas, steps * rdp, delta, method=method)
 
 
 def skellam_noise_for_epsilon(
@@ -491,10 +517,9 @@ def skellam_noise_for_epsilon(
 
     Inverts :func:`skellam_epsilon` (Agarwal, Kairouz and Liu 2021) by root finding on log sigma.
     """
-    target = check_epsilon(target_epsilon, "target_epsilon")
-    if target == 0.0:
-        raise ValueError("target_epsilon must be > 0 (epsilon 0 needs infinite noise)")
-    kwargs = dict(
+    return _noise_for_epsilon(
+        skellam_epsilon,
+        target_epsilon,
         l2_sensitivity=l2_sensitivity,
         dim=dim,
         delta=delta,
@@ -506,5 +531,3 @@ def skellam_noise_for_epsilon(
         orders=orders,
         method=method,
     )
-    skellam_epsilon(noise_stddev=1.0, **kwargs)  # validates every parameter once, up front
-    return _calibrate(lambda s: skellam_epsilon(noise_stddev=s, **kwargs)[0], target, "noise_stddev")
