@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Kernels", "BY_NAME"]
 
+# Host-side parameter arrays.
+U32s = npt.NDArray[np.uint32]
+U64s = npt.NDArray[np.uint64]
+I64s = npt.NDArray[np.int64]
+F64s = npt.NDArray[np.float64]
+
 
 class Kernels(Protocol):
     """The operations every backend implements, with these signatures."""
@@ -51,7 +57,7 @@ class Kernels(Protocol):
     def fill_zero(self, a: Array) -> None: ...
 
     # -- Philox streams (SPEC §2) ---------------------------------------------------------------
-    def philox4x32(self, counter: npt.NDArray[np.uint32], key: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
+    def philox4x32(self, counter: U32s, key: U32s) -> U32s:
         """Philox4x32-10 of host counters (shape (..., 4)) under ``key`` (2 words)."""
 
     def stream_words(self, out: Array, seed: int, substream: int, group: int, domain: int, offset: int) -> None:
@@ -66,30 +72,14 @@ class Kernels(Protocol):
     def dot_products(self, phi: Array, seed: int, group: int, factor: float, out: Array) -> None:
         """``out[k] = factor * <z_k, phi>`` for ``k < out.size`` (float64)."""
 
-    def gumbel_argmax(
-        self, logits: Array, noise: npt.NDArray[np.float64], offsets: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.int64]:
+    def gumbel_argmax(self, logits: Array, noise: F64s, offsets: I64s) -> I64s:
         """Per segment ``offsets[g] .. offsets[g+1]`` of the flat float64 ``logits``, the first
         ``argmax (logits + noise)`` (relative to the segment)."""
 
-    def accumulate(
-        self,
-        out: Array,
-        group: int,
-        seeds: npt.NDArray[np.uint64],
-        indices: npt.NDArray[np.uint32],
-        coefs: npt.NDArray[np.float64],
-    ) -> None:
+    def accumulate(self, out: Array, group: int, seeds: U64s, indices: U32s, coefs: F64s) -> None:
         """``out += coefs[c] * z_c`` client after client, in ``out``'s dtype."""
 
-    def aggregate_f32(
-        self,
-        out: Array,
-        group: int,
-        seeds: npt.NDArray[np.uint64],
-        indices: npt.NDArray[np.uint32],
-        coefs: npt.NDArray[np.float64],
-    ) -> None:
+    def aggregate_f32(self, out: Array, group: int, seeds: U64s, indices: U32s, coefs: F64s) -> None:
         """``out <- float32(sum_c coefs[c] * z_c)``, the sum taken in float64 client after client."""
 
     # -- Hadamard and count-sketch (SPEC §4) ---------------------------------------------------
@@ -107,15 +97,7 @@ class Kernels(Protocol):
         """``table[r, h_r(j)] += s_r(j) * x[j] * scale`` (``x`` in the table's dtype)."""
 
     def count_sketch_decode(
-        self,
-        table: Array,
-        dim: int,
-        seed: int,
-        group: int,
-        rows: int,
-        cols: int,
-        median: bool,
-        median_scale: float,
+        self, table: Array, dim: int, seed: int, group: int, rows: int, cols: int, median: bool, median_scale: float,
         out: Array,
     ) -> None:
         """The mean or median estimate of the sketched vector into ``out``."""

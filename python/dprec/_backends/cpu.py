@@ -19,14 +19,8 @@ def _core() -> Any:
     return _native.native()
 
 
-class CpuKernels:
+class CpuKernels(host.HostKernels):
     name = "cpu"
-
-    max_abs = staticmethod(host.max_abs)
-    norm_stats = staticmethod(host.norm_stats)
-    convert = staticmethod(host.convert)
-    scale = staticmethod(host.scale)
-    fill_zero = staticmethod(host.fill_zero)
 
     @staticmethod
     def all_finite(x: Array) -> bool:

@@ -1,7 +1,8 @@
-"""NumPy operations that both host backends (:mod:`.cpu` and :mod:`.reference`) use as they are.
+"""What the two host backends (:mod:`.cpu` and :mod:`.reference`) share: the NumPy scans and
+conversions of :class:`HostKernels`, their base class.
 
-These are the scans and conversions of an update on the host; they were never native, and
-sharing them keeps the two host backends' results identical (e.g. the codec's norm).
+These operations were never native, and sharing them keeps the two host backends' results
+identical (e.g. the codec's norm).
 """
 
 from __future__ import annotations
@@ -17,50 +18,49 @@ if TYPE_CHECKING:
 _NORM_CHUNK = 1 << 16
 
 
-def norm_stats(xs: list[Array], divisor: float) -> tuple[list[float], None]:
-    """Sum of ``(x / divisor)**2`` of each array in float64, in fixed chunks.
+class HostKernels:
+    """The operations of :class:`dprec._backends.Kernels` that the host backends share."""
 
-    NumPy's pairwise summation (not BLAS, whose order may depend on its thread count)
-    keeps the result deterministic; the chunks bound the temporary memory. The division
-    is done in float64, as on the GPU (a float32 divisor could round to 0 or overflow).
-    """
-    sums = []
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+    @staticmethod
+    def norm_stats(xs: list[Array], divisor: float) -> tuple[list[float], None]:
+        """Sum of ``(x / divisor)**2`` of each array in float64, in fixed chunks.
+
+        NumPy's pairwise summation (not BLAS, whose order may depend on its thread count)
+        keeps the result deterministic; the chunks bound the temporary memory. The division
+        is done in float64, as on the GPU (a float32 divisor could round to 0 or overflow).
+        """
+        sums = []
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            for x in xs:
+                flat = x.host.reshape(-1)
+                total = 0.0
+                for i in range(0, flat.size, _NORM_CHUNK):
+                    c = flat[i : i + _NORM_CHUNK].astype(np.float64, copy=False)
+                    if divisor != 1.0:
+                        c = c / divisor
+                    total += float(np.add.reduce(c * c))
+                sums.append(total)
+        return sums, None
+
+    @staticmethod
+    def max_abs(xs: list[Array]) -> list[float]:
+        out = []
         for x in xs:
-            assert x.host is not None
-            flat = x.host.reshape(-1)
-            total = 0.0
-            for i in range(0, flat.size, _NORM_CHUNK):
-                c = flat[i : i + _NORM_CHUNK].astype(np.float64, copy=False)
-                if divisor != 1.0:
-                    c = c / divisor
-                total += float(np.add.reduce(c * c))
-            sums.append(total)
-    return sums, None
+            h = x.host
+            out.append(float("nan") if np.isnan(h).any() else max(float(h.max()), -float(h.min())))
+        return out
 
+    @staticmethod
+    def convert(src: Array, dst: Array) -> None:
+        dst.host[...] = src.host.reshape(dst.host.shape)
 
-def max_abs(xs: list[Array]) -> list[float]:
-    out = []
-    for x in xs:
-        assert x.host is not None
-        h = x.host
-        out.append(float("nan") if np.isnan(h).any() else max(float(h.max()), -float(h.min())))
-    return out
+    @staticmethod
+    def scale(src: Array, factor: float, dst: Array) -> None:
+        np.multiply(src.host, factor, out=dst.host)
 
-
-def convert(src: Array, dst: Array) -> None:
-    assert src.host is not None and dst.host is not None
-    dst.host[...] = src.host.reshape(dst.host.shape)
-
-
-def scale(src: Array, factor: float, dst: Array) -> None:
-    assert src.host is not None and dst.host is not None
-    np.multiply(src.host, factor, out=dst.host)
-
-
-def fill_zero(a: Array) -> None:
-    assert a.host is not None
-    a.host[...] = 0
+    @staticmethod
+    def fill_zero(a: Array) -> None:
+        a.host[...] = 0
 
 
 def segments(offsets: np.ndarray) -> list[tuple[int, int]]:

@@ -17,14 +17,8 @@ if TYPE_CHECKING:
     from .._arrays import Array
 
 
-class ReferenceKernels:
+class ReferenceKernels(host.HostKernels):
     name = "reference"
-
-    max_abs = staticmethod(host.max_abs)
-    norm_stats = staticmethod(host.norm_stats)
-    convert = staticmethod(host.convert)
-    scale = staticmethod(host.scale)
-    fill_zero = staticmethod(host.fill_zero)
 
     @staticmethod
     def all_finite(x: Array) -> bool:
