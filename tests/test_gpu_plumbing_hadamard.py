@@ -204,3 +204,22 @@ def test_bench_script_without_a_gpu_exits_cleanly():
     proc = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "nothing to measure on this machine" in proc.stdout
+
+
+def test_gpu_overflow_is_refused_as_on_the_host(fake_cuda: FakeCuda):
+    """One validation path: an overflowing transform raises on the GPU too, and in place the
+    caller's array is left as it was (the transform is first tried on a copy)."""
+    host = np.full((2, 8), 3e38, np.float32)
+    for inplace in (False, True):
+        x = FakeGpuArray(fake_cuda, host.copy(), stream=STREAM)
+        with pytest.raises(ValueError, match="overflows float32"):
+            fwht(x, normalize=False, inplace=inplace)
+        assert np.array_equal(x.host(), host)
+    x = FakeGpuArray(fake_cuda, np.full(5, 3e38, np.float32), stream=STREAM)
+    with pytest.raises(ValueError, match="rotation of x overflows"):
+        RandomizedHadamard(5, 1).forward(x)
+    # Values just small enough: transformed in place, no trial copy.
+    small = np.full(8, 1.0, np.float32)
+    x = FakeGpuArray(fake_cuda, small.copy(), stream=STREAM)
+    fwht(x, normalize=False, inplace=True)
+    assert np.array_equal(x.host(), _cpu_fwht(small, normalize=False))

@@ -12,8 +12,9 @@ tensors, CuPy arrays, ``__cuda_array_interface__`` or ``__dlpack__`` producers):
 transformed on its device, on the caller's current stream, and the result is an array of
 the caller's framework on that device (a :class:`dprec.cuda.DeviceArray` for DLPack-only
 producers). The GPU kernels follow the CPU's stage order and scaling, so results are
-bit-identical to the CPU backend's. On the GPU, checking that the input is finite makes the
-call wait for the caller's stream once.
+bit-identical to the CPU backend's. On the GPU, checking that the input is finite and that the
+result did not overflow makes the call wait for the caller's stream (twice; an in-place
+transform of values large enough to overflow first runs a checked trial).
 """
 
 from __future__ import annotations
@@ -156,11 +157,10 @@ def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str 
     Raises
     ------
     ValueError
-        Also when the result is not finite on the host: the unnormalized transform
+        Also when the result is not finite (on the host and on the GPU): the unnormalized transform
         grows values up to ``n * max|x|``, so e.g. ``fwht(np.full(8, 3e38, np.float32),
         normalize=False)`` overflows float32. Nothing is returned then, and with
-        ``inplace`` the caller's ``x`` is left as it was. (On the GPU the result is not
-        checked.)
+        ``inplace`` the caller's ``x`` is left as it was.
     """
     a = _arrays.read(x, "x")
     kernels = _dispatch.select(backend, a, "x")
