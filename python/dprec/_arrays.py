@@ -287,19 +287,22 @@ def float_input(
     being made contiguous first. On a GPU the finiteness scan waits for the caller's stream.
     """
     a = read(x, name)
-    if not is_float_dtype(a.dtype):
-        raise float_dtype_error(name, a.dtype)
+    dtype = a.dtype
+    if dtype not in _FLOAT_NAMES and not is_float_dtype(dtype):
+        raise float_dtype_error(name, dtype)
     check_size_and_shape(a.shape, name, max_size, check_shape)
+    kept = dtype == "float32" or (dtype == "float64" and allow_float64)
     if a.on_gpu:
-        if a.dtype in ("float16", "bfloat16") or (a.dtype == "float64" and not allow_float64):
+        if not kept:
             a = convert(a, "float32")
     else:
         a = host_array(a, name)
         h = a.host
         assert h is not None
-        if not (h.dtype == np.float32 or (h.dtype == np.float64 and allow_float64)):
+        if not (kept and _NP_NAMES.get(h.dtype) == dtype):  # (a PyTorch float16 tensor is float32 by now)
             h = h.astype(np.float32)
-        a = _host(np.ascontiguousarray(h))
+        if h is not a.host or not h.flags.c_contiguous:
+            a = _host(np.ascontiguousarray(h))
     if check_finite:
         require_finite(a, name)
     return a
@@ -347,11 +350,10 @@ def output(
         dtype = dtypes[0]
         if like is None and device != HOST:
             made = new_device_array(device, LEGACY_DEFAULT_STREAM, shape, dtype)
-        else:
-            made = empty(like, shape, dtype)
-        if zero:
-            _dispatch.owner(made).fill_zero(made)
-        return made
+            if zero:
+                _dispatch.owner(made).fill_zero(made)
+            return made
+        return empty(like, shape, dtype, zero=zero)
     o = read(out, "out")
     if not o.on_gpu and not isinstance(o.obj, np.ndarray):
         raise TypeError(f"out must be a numpy.ndarray or a GPU array, got {type(o.obj).__name__}")
@@ -374,15 +376,20 @@ def output(
     return o
 
 
-def empty(like: Array | None, shape: tuple[int, ...], dtype: str) -> Array:
-    """An uninitialised array on ``like``'s device, in its framework and on its stream
-    (NumPy on the host, also when ``like`` is None)."""
-    if like is None or not like.on_gpu:
-        return _host(np.empty(shape, dtype=dtype))
+def empty(like: Array | None, shape: tuple[int, ...], dtype: str, *, zero: bool = False) -> Array:
+    """An uninitialised (or, with ``zero``, zeroed) array on ``like``'s device, in its
+    framework and on its stream (NumPy on the host, also when ``like`` is None)."""
+    if like is None or like.device == HOST:
+        made = np.zeros(shape, dtype=dtype) if zero else np.empty(shape, dtype=dtype)
+        return Array(made, made, 0, made.shape, dtype, HOST, 0, "numpy")
     if like.framework in ("torch", "cupy"):
         obj, ptr = _frameworks.gpu_empty(like.framework, like.obj, like.device, tuple(shape), dtype)
-        return Array(obj, None, ptr, tuple(shape), dtype, like.device, like.stream, like.framework)
-    return new_device_array(like.device, like.stream, tuple(shape), dtype)
+        made = Array(obj, None, ptr, tuple(shape), dtype, like.device, like.stream, like.framework)
+    else:
+        made = new_device_array(like.device, like.stream, tuple(shape), dtype)
+    if zero:
+        _dispatch.owner(made).fill_zero(made)
+    return made
 
 
 def new_device_array(device: int, stream: int, shape: tuple[int, ...], dtype: str) -> Array:

@@ -21,6 +21,12 @@ class ScratchSource(Protocol):
     def allocate(self, device: int, stream: int, nbytes: int) -> int: ...
     def free(self, ptr: int) -> None: ...
 
+# Host-side parameter arrays.
+_U32s = npt.NDArray[np.uint32]
+_U64s = npt.NDArray[np.uint64]
+_I64s = npt.NDArray[np.int64]
+_F64s = npt.NDArray[np.float64]
+
 # -- runtime ---------------------------------------------------------------------------------
 
 def device_count() -> int: ...
@@ -96,36 +102,20 @@ def rec_dot_products(
 ) -> None: ...
 def generate_only(device: int, stream: int, d: int, seed: int, group: int, n_candidates: int, scratch: ScratchSource | None = None) -> None: ...
 def gumbel_argmax(
-    device: int,
-    stream: int,
-    logits: int,
-    gumbel: npt.NDArray[np.float64],
-    offsets: npt.NDArray[np.int64],
-    scratch: ScratchSource | None = None,
-) -> npt.NDArray[np.int64]: ...
+    device: int, stream: int, logits: int, gumbel: _F64s, offsets: _I64s, scratch: ScratchSource | None = None
+) -> _I64s: ...
 def accumulate(
-    device: int,
-    stream: int,
-    out: int,
-    dtype: str,
-    d: int,
-    group: int,
-    seeds: npt.NDArray[np.uint64],
-    indices: npt.NDArray[np.uint32],
-    coefs: npt.NDArray[np.float64],
+    device: int, stream: int, out: int, dtype: str, d: int, group: int, seeds: _U64s, indices: _U32s, coefs: _F64s,
     scratch: ScratchSource | None = None,
-) -> None: ...
+) -> None:
+    """out += coefs[c] * z_c client after client, in out's dtype (bit-identical to the CPU)."""
+
 def aggregate_f32(
-    device: int,
-    stream: int,
-    out: int,
-    d: int,
-    group: int,
-    seeds: npt.NDArray[np.uint64],
-    indices: npt.NDArray[np.uint32],
-    coefs: npt.NDArray[np.float64],
+    device: int, stream: int, out: int, d: int, group: int, seeds: _U64s, indices: _U32s, coefs: _F64s,
     scratch: ScratchSource | None = None,
-) -> None: ...
+) -> None:
+    """out <- float32(sum_c coefs[c] * z_c), the sum in float64 (no float64 buffer in device memory)."""
+
 def norm_stats(
     device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int], divisor: float, scratch: ScratchSource | None = None) -> npt.NDArray[np.float64]:
     """Row i: (sum of (x_i / divisor)**2, max |x_i| or NaN), shape (len(ptrs), 2); synchronises."""

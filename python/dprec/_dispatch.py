@@ -74,11 +74,16 @@ def available_backends() -> list[str]:
     ]
 
 
+_TABLE: dict[str, Kernels] = {}
+
+
 def kernels(name: str) -> Kernels:
     """The operations of the resolved backend ``name`` ("cpu", "cuda" or "reference")."""
-    from . import _backends  # noqa: PLC0415 - the backends import this module's siblings
+    if not _TABLE:  # filled on first use: the backends import this module's siblings
+        from . import _backends  # noqa: PLC0415
 
-    return _backends.BY_NAME[name]
+        _TABLE.update(_backends.BY_NAME)
+    return _TABLE[name]
 
 
 def select(backend: Any, data: Array | None, name: str = "the input", *, host_data: bool = True) -> Kernels:
@@ -92,6 +97,6 @@ def select(backend: Any, data: Array | None, name: str = "the input", *, host_da
 
 def owner(a: Array) -> Kernels:
     """The kernels that work on ``a``'s memory where it lies (conversions, scans)."""
-    if a.on_gpu:
+    if a.device >= 0:
         return kernels("cuda")
-    return kernels("cpu" if _native.native_available() else "reference")
+    return kernels("cpu" if _native._native is not None else "reference")

@@ -19,6 +19,12 @@ def _core() -> Any:
     return _native.native()
 
 
+def _flat(a: Array) -> np.ndarray:
+    """The host memory of ``a`` as the 1-D array the bindings take (a view, never a copy)."""
+    h = a.host
+    return h if h.ndim == 1 else h.reshape(-1)
+
+
 class CpuKernels(host.HostKernels):
     name = "cpu"
 
@@ -26,7 +32,7 @@ class CpuKernels(host.HostKernels):
     def all_finite(x: Array) -> bool:
         # One read, no temporary, multi-threaded for large arrays, and about 10x less call
         # overhead than numpy.isfinite for small ones.
-        return bool(_core().all_finite(x.host.reshape(-1)))
+        return bool(_core().all_finite(_flat(x)))
 
     @staticmethod
     def philox4x32(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -36,41 +42,41 @@ class CpuKernels(host.HostKernels):
 
     @staticmethod
     def stream_words(out: Array, seed: int, substream: int, group: int, domain: int, offset: int) -> None:
-        if out.size:
-            _core().stream_words(seed, substream, group, domain, offset, out.host.reshape(-1))
+        if out.host.size:
+            _core().stream_words(seed, substream, group, domain, offset, _flat(out))
 
     @staticmethod
     def stream_normals(
         out: Array, seed: int, substream: int, group: int, domain: int, offset: int, scale: float
     ) -> None:
-        if out.size:
-            _core().stream_normals(seed, substream, group, domain, offset, scale, out.host.reshape(-1))
+        if out.host.size:
+            _core().stream_normals(seed, substream, group, domain, offset, scale, _flat(out))
 
     @staticmethod
     def dot_products(phi: Array, seed: int, group: int, factor: float, out: Array) -> None:
-        _core().rec_dot_products(phi.host.reshape(-1), seed, group, out.host)
+        _core().rec_dot_products(_flat(phi), seed, group, out.host)
         out.host *= factor
 
     @staticmethod
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        core, lg = _core(), logits.host.reshape(-1)
+        core, lg = _core(), _flat(logits)
         return np.array([core.gumbel_argmax(lg[a:b], noise[a:b]) for a, b in host.segments(offsets)], dtype=np.int64)
 
     @staticmethod
     def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:
-        _core().rec_accumulate(out.host.reshape(-1), group, seeds, indices, coefs)
+        _core().rec_accumulate(_flat(out), group, seeds, indices, coefs)
 
     @staticmethod
     def aggregate_f32(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:
         acc = np.zeros(out.size, dtype=np.float64)
         _core().rec_accumulate(acc, group, seeds, indices, coefs)
-        out.host.reshape(-1)[...] = acc
+        _flat(out)[...] = acc
 
     @staticmethod
     def fwht(src: Array, dst: Array, n: int, normalize: bool) -> None:
         if dst.host is not src.host:
             dst.host[...] = src.host
-        _core().fwht(dst.host.reshape(-1), n, bool(normalize))
+        _core().fwht(_flat(dst), n, bool(normalize))
 
     @staticmethod
     def randomized_hadamard(
@@ -103,16 +109,16 @@ class CpuKernels(host.HostKernels):
     def count_sketch_encode(
         x: Array, seed: int, group: int, rows: int, cols: int, scale: float, table: Array
     ) -> None:
-        values = x.host.reshape(-1).astype(table.host.dtype, copy=False)  # the table's dtype, as the GPU does
-        _core().count_sketch_encode(values, seed, group, rows, cols, scale, table.host.reshape(-1))
+        values = _flat(x).astype(table.host.dtype, copy=False)  # the table's dtype, as the GPU does
+        _core().count_sketch_encode(values, seed, group, rows, cols, scale, _flat(table))
 
     @staticmethod
     def count_sketch_decode(
         table: Array, dim: int, seed: int, group: int, rows: int, cols: int, median: bool, median_scale: float,
         out: Array,
     ) -> None:
-        _core().count_sketch_decode(table.host.reshape(-1), seed, group, rows, cols, median, median_scale,
-                                    out.host.reshape(-1))
+        _core().count_sketch_decode(_flat(table), seed, group, rows, cols, median, median_scale,
+                                    _flat(out))
 
 
 CPU = CpuKernels()
