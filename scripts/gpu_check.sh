@@ -41,9 +41,11 @@ GPU_TESTS=(tests/test_cuda.py tests/test_cuda_hadamard.py tests/test_cuda_sketch
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts= -rfEs)
 
 step_build() {
-  # sm_90 only: this machine's GPU, and a quarter of the default build's compile time.
+  # sm_90 only: this machine's GPU, and a quarter of the default build's compile time. With
+  # the test-only dprec._gpu_emulation, which the GPU tests compare the device against.
   run 300 build env CMAKE_BUILD_PARALLEL_LEVEL=16 "$PY" -m pip install -q --no-build-isolation --no-deps \
-    -C cmake.define.DPREC_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" -C build-dir=/tmp/dprec-build .
+    -C cmake.define.DPREC_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$ARCH" \
+    -C cmake.define.DPREC_GPU_EMULATION=ON -C build-dir=/tmp/dprec-build .
 }
 step_info() {
   run 30 nvidia-smi nvidia-smi

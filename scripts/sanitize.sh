@@ -14,14 +14,14 @@
 #   BUILD_DIR    sanitized build directory (default: build/sanitize; never the wheel build)
 #   CXX          the C++ compiler (default: g++)
 #
-# How it works: _core is configured with CMAKE_CXX_FLAGS / CMAKE_SHARED_LINKER_FLAGS carrying
-# -fsanitize=address,undefined (-fno-sanitize-recover=all so UBSan findings fail, -O1 -g for
-# readable stacks) into BUILD_DIR. python/dprec is copied to a temporary directory with the
-# sanitized _core (and without _cuda), and pytest runs with PYTHONPATH pointing there. CPython
-# itself is not instrumented, so the ASan runtime is LD_PRELOADed; detect_leaks=0 because
-# CPython does not free everything at exit; allocator_may_return_null=1 so that an oversized
-# NumPy allocation is a MemoryError, as without ASan. Any ASan/UBSan report aborts the process,
-# so pytest exits non-zero.
+# How it works: _core and the test-only _gpu_emulation are configured with CMAKE_CXX_FLAGS /
+# CMAKE_SHARED_LINKER_FLAGS carrying -fsanitize=address,undefined (-fno-sanitize-recover=all
+# so UBSan findings fail, -O1 -g for readable stacks) into BUILD_DIR. python/dprec is copied to
+# a temporary directory with those sanitized modules (and without _cuda), and pytest runs
+# with PYTHONPATH pointing there. CPython itself is not instrumented, so the ASan runtime is
+# LD_PRELOADed; detect_leaks=0 because CPython does not free everything at exit;
+# allocator_may_return_null=1 so that an oversized NumPy allocation is a MemoryError, as
+# without ASan. Any ASan/UBSan report aborts the process, so pytest exits non-zero.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,18 +46,25 @@ cmake -S "$ROOT" -B "$BUILD_DIR" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DDPREC_CUDA=OFF \
+  -DDPREC_GPU_EMULATION=ON \
   -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
   -Dpybind11_DIR="$PYBIND11_DIR"
-cmake --build "$BUILD_DIR" --target _core -j "$JOBS"
+# The test-only emulation too, so that its tests (when named) run sanitized, not skipped.
+cmake --build "$BUILD_DIR" --target _core _gpu_emulation -j "$JOBS"
 
-SO="$(find "$BUILD_DIR" -maxdepth 2 -name '_core*.so' | head -n 1)"
-[ -n "$SO" ] || { echo "sanitize.sh: no _core*.so in $BUILD_DIR" >&2; exit 1; }
+SOS=()
+for mod in _core _gpu_emulation; do
+  so="$(find "$BUILD_DIR" -maxdepth 2 -name "$mod*.so" | head -n 1)"
+  [ -n "$so" ] || { echo "sanitize.sh: no $mod*.so in $BUILD_DIR" >&2; exit 1; }
+  SOS+=("$so")
+done
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 cp -r "$ROOT/python/dprec" "$TMP/dprec"
-rm -f "$TMP"/dprec/_core*.so "$TMP"/dprec/_core*.pyd "$TMP"/dprec/_cuda*.so "$TMP"/dprec/_cuda*.pyd
-cp "$SO" "$TMP/dprec/"
+rm -f "$TMP"/dprec/_core*.so "$TMP"/dprec/_core*.pyd "$TMP"/dprec/_cuda*.so "$TMP"/dprec/_cuda*.pyd \
+  "$TMP"/dprec/_gpu_emulation*.so "$TMP"/dprec/_gpu_emulation*.pyd
+cp "${SOS[@]}" "$TMP/dprec/"
 
 LIBASAN="$("$CXX" -print-file-name=libasan.so)"
 LIBUBSAN="$("$CXX" -print-file-name=libubsan.so)"
@@ -66,7 +73,7 @@ PRELOAD="$LIBASAN"
 [ -f "$LIBUBSAN" ] && PRELOAD="$PRELOAD:$LIBUBSAN"
 
 cd "$ROOT"
-echo "sanitize.sh: running pytest $* with $SO"
+echo "sanitize.sh: running pytest $* with ${SOS[*]}"
 env PYTHONPATH="$TMP" \
     LD_PRELOAD="$PRELOAD" \
     ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+from types import ModuleType
+
 import numpy as np
 import pytest
 
@@ -16,6 +20,23 @@ NATIVE = _native.native_available()
 ISAS = dprec.runtime.available_isas() if NATIVE else []
 
 requires_native = pytest.mark.skipif(not NATIVE, reason="the native CPU module is not built")
+
+# The host emulation of the CUDA kernels is a test-only module: source builds have it, the
+# wheels (and builds with -DDPREC_GPU_EMULATION=OFF) leave it out, so its tests skip there.
+EMULATION = importlib.util.find_spec("dprec._gpu_emulation") is not None
+EMULATION_MISSING = (
+    "dprec._gpu_emulation (the CUDA kernels run on the host, test-only) is not built: "
+    "wheels and builds with -DDPREC_GPU_EMULATION=OFF leave it out"
+)
+requires_emulation = pytest.mark.skipif(not EMULATION, reason=EMULATION_MISSING)
+
+
+def gpu_emulation() -> ModuleType:
+    """``dprec._gpu_emulation``; skips the calling test (or fixture) with the reason when it is
+    not built. A module that is there but fails to import is an error, not a skip."""
+    if not EMULATION:
+        pytest.skip(EMULATION_MISSING)
+    return importlib.import_module("dprec._gpu_emulation")
 
 
 def gpu_test_modules():

@@ -14,9 +14,9 @@ order, on host memory:
   alignment) and, stricter than the GPU, that the allocation holds every element the call
   touches: a pointer past its allocation is reported as ``... is not CUDA device memory``,
   which catches offset and size bugs in the plumbing;
-* the kernels compute with ``dprec._core.gpu_emulation`` (the CUDA kernels' per-thread
-  bodies run on the host, with launch.cu's plans and reductions), so results are
-  bit-identical to what a real GPU produces;
+* the kernels compute with ``dprec._gpu_emulation`` (the CUDA kernels' per-thread bodies
+  run on the host, with launch.cu's plans and reductions), so results are bit-identical to
+  what a real GPU produces; without that test-only module (a wheel) the fixture skips;
 * every call is recorded in :attr:`FakeCuda.calls` as ``Call(name, stream, args)`` so tests
   can assert which stream the plumbing used.
 
@@ -36,6 +36,8 @@ import pytest
 
 from dprec import _native
 
+from .conftest import gpu_emulation
+
 MAX_STREAM_ELEMENTS = 1 << 34
 _FLOAT_TYPES = {"float32": np.float32, "float64": np.float64}
 _ABSENT = object()
@@ -48,7 +50,7 @@ class Call(NamedTuple):
 
 
 def _emu() -> Any:
-    return _native.native().gpu_emulation
+    return gpu_emulation()
 
 
 def _uint(value: Any, name: str) -> int:
@@ -702,5 +704,7 @@ def install(monkeypatch: pytest.MonkeyPatch, fake: FakeCuda | None = None) -> Fa
 
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
-    """A :class:`FakeCuda` installed as ``dprec._native._cuda`` for one test."""
+    """A :class:`FakeCuda` installed as ``dprec._native._cuda`` for one test; skips the test
+    when dprec._gpu_emulation, which computes its kernels, is not built."""
+    gpu_emulation()
     return install(monkeypatch)

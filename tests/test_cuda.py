@@ -14,7 +14,7 @@ import dprec
 from dprec import philox, rec
 from dprec.codec import DPRECCodec
 
-from .conftest import gpu_test_modules, requires_cuda
+from .conftest import gpu_emulation, gpu_test_modules, requires_cuda, requires_emulation
 
 torch, cupy = gpu_test_modules()  # skips this module without a usable GPU (with the reason)
 pytestmark = requires_cuda
@@ -156,6 +156,7 @@ def test_logits_agree_with_cpu(d, dtype):
     assert np.array_equal(_bits(gpu), _bits(again))
 
 
+@requires_emulation
 @pytest.mark.parametrize("d, bits", [(3, 16), (1000, 12), (70_001, 7), ((1 << 18) + 1, 5)])
 def test_logits_bit_identical_to_the_host_emulation_of_the_kernels(d, bits):
     # The host runs the kernels' per-thread code in the same order (tests/test_gpu_emulation.py).
@@ -163,7 +164,7 @@ def test_logits_bit_identical_to_the_host_emulation_of_the_kernels(d, bits):
     phi = torch.randn(d, device="cuda", generator=g)
     gpu = rec.logits(phi, 77, 5, bits, sigma=1.0)
     emu = np.empty(1 << bits)
-    dprec._native.native().gpu_emulation.rec_dot_products(phi.cpu().numpy(), 77, 5, 1.0, emu)
+    gpu_emulation().rec_dot_products(phi.cpu().numpy(), 77, 5, 1.0, emu)
     assert np.array_equal(_bits(gpu), _bits(emu))
 
 
@@ -239,11 +240,12 @@ def test_sampling_k_2_24_matches_cpu():
     assert rec.sample_index(lg, gumbel=zeros) == (1 << 16) + 7
 
 
-def test_gumbel_argmax_bit_identical_to_the_host_emulation():
+# The CPU comparison runs everywhere; the emulation's needs the test-only module.
+@pytest.mark.parametrize("reference", ["cpu", pytest.param("emulation", marks=requires_emulation)])
+def test_gumbel_argmax_bit_identical_to_the_cpu_and_the_host_emulation(reference):
     # Many groups of mixed sizes (one, two and three levels), ties, NaN and -inf, through
     # the binding itself (the public API refuses non-finite logits).
     cuda = dprec._native.cuda_module()
-    emu = dprec._native.native().gpu_emulation
     sizes = [1, 2, 255, 256, 257, 257 * 256, (1 << 20) + 3] + [128] * 300 + [3, 1]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(offsets[-1])
@@ -257,9 +259,12 @@ def test_gumbel_argmax_bit_identical_to_the_host_emulation():
             logits[offsets[1:-1:3]] = np.nan  # some groups start with NaN: the CPU answers 0
         lg = torch.tensor(logits, device="cuda")
         got = cuda.gumbel_argmax(lg.device.index, 0, lg.data_ptr(), noise, offsets)
-        assert np.array_equal(got, emu.gumbel_argmax(logits, noise, offsets)), trial
-        cpu = [dprec._native.native().gumbel_argmax(logits[a:b], noise[a:b]) for a, b in zip(offsets, offsets[1:])]
-        assert got.tolist() == cpu, trial
+        if reference == "emulation":
+            assert np.array_equal(got, gpu_emulation().gumbel_argmax(logits, noise, offsets)), trial
+        else:
+            native = dprec._native.native()
+            cpu = [native.gumbel_argmax(logits[a:b], noise[a:b]) for a, b in zip(offsets, offsets[1:])]
+            assert got.tolist() == cpu, trial
 
 
 def test_index_distribution_chi_square():
@@ -420,12 +425,13 @@ def test_codec_clips_extreme_float64_updates_on_gpu():
 # ---------------------------------------------------------------------------------------
 
 
+@requires_emulation
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_norm_stats_bit_identical_to_the_host_emulation(dtype):
     # The finiteness check of every GPU entry point: one launch for the per-thread pairs,
     # then (sum, max) levels; the host runs the same bodies in the same order.
     cuda = dprec._native.cuda_module()
-    emu = dprec._native.native().gpu_emulation
+    emu = gpu_emulation()
     name = "float32" if dtype == torch.float32 else "float64"
     g = torch.Generator(device="cuda").manual_seed(8)
     xs = [torch.randn(n, device="cuda", dtype=dtype, generator=g) * 3 for n in (1, 257, 70_001, (1 << 24) + 3)]

@@ -1,4 +1,4 @@
-"""The CUDA kernels' per-thread bodies run on the host (``_core.gpu_emulation``).
+"""The CUDA kernels' per-thread bodies run on the host (``dprec._gpu_emulation``).
 
 CI has no GPU, so these tests run the very code of csrc/cuda/kernel_bodies.h thread by
 thread, with launch.cu's plans and reductions, and hold it to the CPU backend: bit for bit
@@ -13,7 +13,7 @@ import pytest
 
 from dprec import _native, philox, rec
 
-from .conftest import requires_native
+from .conftest import gpu_emulation, requires_native
 from .test_rec import _tolerance
 
 pytestmark = requires_native
@@ -27,8 +27,15 @@ def core():
 
 
 @pytest.fixture(scope="module")
-def emu(core):
-    return core.gpu_emulation
+def emu():
+    return gpu_emulation()  # skips without the module (wheels)
+
+
+def test_the_shipped_core_module_has_no_emulation(core):
+    # The emulation is for the tests only: it lives in dprec._gpu_emulation, which the wheels
+    # leave out, and must not ride along in the CPU module every user loads.
+    assert not hasattr(core, "gpu_emulation")
+    assert not [name for name in dir(core) if "emulation" in name.lower()]
 
 
 # ---------------------------------------------------------------------------------------

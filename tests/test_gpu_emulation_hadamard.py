@@ -1,5 +1,5 @@
 """The GPU FWHT kernel (csrc/cuda/hadamard_bodies.h) run on the host by
-``_core.gpu_emulation``, held bit for bit to the CPU backend.
+``dprec._gpu_emulation``, held bit for bit to the CPU backend.
 
 The emulation runs the kernel's schedule (tile pass, strided passes), its blocks and, per
 block, each phase (load with signs and the first stages, shared-memory rounds, store with
@@ -20,7 +20,7 @@ from scipy.linalg import hadamard as scipy_hadamard
 from dprec import _native
 from dprec.hadamard import RandomizedHadamard
 
-from .conftest import requires_native
+from .conftest import gpu_emulation, requires_native
 
 pytestmark = requires_native
 
@@ -31,8 +31,8 @@ def core():
 
 
 @pytest.fixture(scope="module")
-def emu(core):
-    return core.gpu_emulation
+def emu():
+    return gpu_emulation()  # skips without the module (wheels)
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

@@ -3,9 +3,10 @@
 tests/fake_cuda.py stands in for ``dprec._cuda``: device memory is registered host
 memory, every pointer a kernel gets is checked against its allocation (so an offset or
 size bug in the plumbing fails loudly), and the kernels compute with the host emulation of
-the CUDA kernels (``dprec._core.gpu_emulation``), so every value here is what a real GPU
-produces. What this covers: ``dprec._device`` (``__cuda_array_interface__`` parsing,
-streams, contiguity, dtypes), the GPU branches of ``rec``, ``philox`` and the codec, and
+the CUDA kernels (``dprec._gpu_emulation``), so every value here is what a real GPU
+produces; the tests that use the fake skip without that test-only module (in a wheel).
+What this covers: ``dprec._arrays`` and ``dprec._frameworks`` (``__cuda_array_interface__`` parsing, streams,
+contiguity, dtypes), the GPU branches of ``rec``, ``philox`` and the codec, and
 ``dprec.cuda.DeviceArray``. What it cannot cover (the CUDA kernels themselves, PyTorch and
 CuPy streams, DLPack) is in tests/test_cuda.py, which needs a GPU.
 """
@@ -20,7 +21,7 @@ from dprec import _arrays, _dispatch, _native, philox, rec
 from dprec.codec import DPRECCodec
 
 from . import fake_cuda as fc
-from .conftest import requires_native
+from .conftest import gpu_emulation, requires_native
 from .fake_cuda import FakeCuda, FakeGpuArray
 from .test_rec import _tolerance
 
@@ -37,7 +38,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def _emu():
-    return _native.native().gpu_emulation
+    return gpu_emulation()
 
 
 def _host(x) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 tests/fake_cuda.py stands in for ``dprec._cuda`` (device memory is registered host memory,
 every pointer is checked against its allocation) and computes with the host emulation of
-the CUDA count-sketch kernels (``dprec._core.gpu_emulation``), so the values here are the
+the CUDA count-sketch kernels (``dprec._gpu_emulation``), so the values here are the
 values a GPU produces. Covered: ``CountSketch.encode`` / ``decode`` on GPU arrays (results
 allocated on the device in the caller's framework, ``out=`` accumulation, dtype
 conversion, the stream used, the checks on shapes, devices, contiguity, finiteness and the

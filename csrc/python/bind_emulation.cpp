@@ -1,4 +1,4 @@
-// dprec._core.gpu_emulation: the CUDA kernels' per-thread bodies, run on the host.
+// dprec._gpu_emulation: the CUDA kernels' per-thread bodies, run on the host.
 //
 // Why this exists: CI machines have no GPU, yet the CUDA backend must produce what the
 // CPU backend produces. Every CUDA kernel (csrc/cuda/kernels.cuh) is a one-line wrapper
@@ -31,8 +31,6 @@
 namespace py = pybind11;
 
 namespace dprec::bind {
-
-void bind_emulation_hadamard(py::module_& e);  // bind_emulation_hadamard.cpp
 
 namespace {
 
@@ -168,13 +166,7 @@ const uint16_t* half_input(const py::array& a, bool bfloat16) {
 
 }  // namespace
 
-void bind_emulation(py::module_& m) {
-    py::module_ e = m.def_submodule(
-        "gpu_emulation",
-        "The CUDA kernels' per-thread bodies (csrc/cuda/kernel_bodies.h) run on the host, thread by thread, with "
-        "launch.cu's plans and reductions: a GPU-free check of the GPU kernels, and the bit-exact reference the GPU "
-        "tests compare against. Private; for tests.");
-
+void bind_emulation(py::module_& e) {
     e.def(
         "stream_normals",
         [](uint64_t seed, uint32_t substream, uint32_t group, uint32_t domain, uint64_t offset, float scale,
@@ -346,8 +338,6 @@ void bind_emulation(py::module_& m) {
                 for (uint64_t i = 0; i < n; ++i) o[i] = gpu::half_bits_to_float(s[i]);
         },
         py::arg("src"), py::arg("kind"), py::arg("out"));
-
-    bind_emulation_hadamard(e);
 }
 
 }  // namespace dprec::bind

@@ -1,4 +1,4 @@
-// dprec._core.gpu_emulation.fwht / randomized_hadamard: the GPU FWHT pass kernel
+// dprec._gpu_emulation.fwht / randomized_hadamard: the GPU FWHT pass kernel
 // (csrc/cuda/hadamard_kernels.cuh) run on the host, block by block and, inside a block,
 // phase by phase over all its threads -- the order the kernel's barriers impose -- with the
 // very schedule and bodies of csrc/cuda/hadamard_bodies.h. See bind_emulation.cpp for why.

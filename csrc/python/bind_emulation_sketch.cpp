@@ -1,4 +1,4 @@
-// dprec._core.gpu_emulation, count-sketch part: the CUDA count-sketch kernels' per-thread
+// dprec._gpu_emulation, count-sketch part: the CUDA count-sketch kernels' per-thread
 // bodies (csrc/cuda/sketch_bodies.h) run on the host, thread by thread, with the batch plan
 // of csrc/cuda/sketch_launch.cu. The radix sort of the GPU encode is CUB's stable
 // DeviceRadixSort on the key's low (bucket) bits only, which orders exactly as a stable sort
@@ -160,9 +160,7 @@ void check_table_size(const py::array& table, uint64_t cells) {
 
 }  // namespace
 
-void bind_emulation_sketch(py::module_& m) {
-    py::module_ e = m.attr("gpu_emulation").cast<py::module_>();
-
+void bind_emulation_sketch(py::module_& e) {
     e.def(
         "count_sketch_encode",
         [](const py::array& x, uint64_t seed, uint32_t group, int64_t rows, int64_t cols, double scale,

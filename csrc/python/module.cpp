@@ -7,8 +7,6 @@ namespace dprec::bind {
 void bind_runtime(py::module_& m);
 void bind_philox(py::module_& m);
 void bind_rec(py::module_& m);
-void bind_emulation(py::module_& m);
-void bind_emulation_sketch(py::module_& m);
 void bind_hadamard(py::module_& m);
 void bind_sketch(py::module_& m);
 void bind_validation(py::module_& m);
@@ -19,8 +17,6 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_runtime(m);
     dprec::bind::bind_philox(m);
     dprec::bind::bind_rec(m);
-    dprec::bind::bind_emulation(m);
-    dprec::bind::bind_emulation_sketch(m);  // adds to m.gpu_emulation
     dprec::bind::bind_hadamard(m);
     dprec::bind::bind_sketch(m);
     dprec::bind::bind_validation(m);
