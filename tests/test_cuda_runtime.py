@@ -1,5 +1,6 @@
-"""The CUDA backend's runtime layer where no GPU is needed: the device guard's decisions,
-the driver messages, where scratch memory comes from, which stream a CuPy array on another
+"""The CUDA backend's runtime layer where no GPU is needed: the device guard's decisions
+(run on the host by the test-only ``dprec._gpu_emulation``, which needs no CUDA build), the
+driver messages, where scratch memory comes from, which stream a CuPy array on another
 device is worked on, and what a DLPack import waits for. The compiled ``dprec._cuda`` is
 needed for some (it is built wherever nvcc was found); they skip without it.
 """
@@ -16,7 +17,7 @@ import pytest
 from dprec import _arrays, _frameworks, _native, rec
 
 from . import fake_cuda as fc
-from .conftest import requires_native
+from .conftest import gpu_emulation, requires_native
 from .fake_cuda import FakeGpuArray
 
 cu = _native._cuda  # the real extension (None when not built), whatever a test installs later
@@ -29,23 +30,20 @@ requires_cuda_build = pytest.mark.skipif(cu is None, reason="dprec was built wit
 # ---------------------------------------------------------------------------------------
 
 
-@requires_cuda_build
 def test_device_guard_does_nothing_on_the_current_device():
-    assert cu._device_guard_trace(current=1, has_context=True, target=1) == []
-    assert cu._device_guard_trace(current=0, has_context=False, target=0) == []
+    assert gpu_emulation().device_guard_trace(current=1, has_context=True, target=1) == []
+    assert gpu_emulation().device_guard_trace(current=0, has_context=False, target=0) == []
 
 
-@requires_cuda_build
 def test_device_guard_restores_the_previous_device_of_a_thread_with_a_context():
-    assert cu._device_guard_trace(current=0, has_context=True, target=1) == ["set_device(1)", "restore_device(0)"]
-    assert cu._device_guard_trace(current=2, has_context=True, target=0) == ["set_device(0)", "restore_device(2)"]
+    assert gpu_emulation().device_guard_trace(current=0, has_context=True, target=1) == ["set_device(1)", "restore_device(0)"]
+    assert gpu_emulation().device_guard_trace(current=2, has_context=True, target=0) == ["set_device(0)", "restore_device(2)"]
 
 
-@requires_cuda_build
 def test_device_guard_never_creates_a_context_on_gpu_0_for_a_fresh_thread():
     """A thread that never used CUDA reports device 0: restoring it would create GPU 0's
     context; the guard leaves the thread without a context instead."""
-    calls = cu._device_guard_trace(current=0, has_context=False, target=1)
+    calls = gpu_emulation().device_guard_trace(current=0, has_context=False, target=1)
     assert calls == ["set_device(1)", "clear_thread_context()"]
     assert not any(c.startswith("restore_device") for c in calls)
 

@@ -36,6 +36,10 @@ def test_the_shipped_core_module_has_no_emulation(core):
     # leave out, and must not ride along in the CPU module every user loads.
     assert not hasattr(core, "gpu_emulation")
     assert not [name for name in dir(core) if "emulation" in name.lower()]
+    # Nor do the CUDA module's test hooks: the device guard is exercised through the emulation.
+    cuda = _native._cuda
+    if cuda is not None:
+        assert not [name for name in dir(cuda) if "trace" in name or "emulation" in name.lower()]
 
 
 # ---------------------------------------------------------------------------------------

@@ -6,9 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
-#include <vector>
 
-#include "../cuda/device_guard.h"
 #include "../cuda/launch.h"
 #include "device_pointers.h"
 
@@ -40,25 +38,6 @@ class DeviceBuffer {
     cuda::Stream stream_;
     size_t nbytes_;
     uintptr_t ptr_;
-};
-
-// A recording stand-in for the CUDA runtime, to test DeviceGuard's decisions without a
-// GPU (or with one GPU, where switching devices cannot happen).
-struct RecordingRuntime {
-    static inline int current = 0;
-    static inline bool has_context = true;
-    static inline std::vector<std::string> calls;
-    static int current_device() { return current; }
-    static void set_device(int device) {
-        calls.push_back("set_device(" + std::to_string(device) + ")");
-        current = device;
-    }
-    static void restore_device(int device) noexcept {
-        calls.push_back("restore_device(" + std::to_string(device) + ")");
-        current = device;
-    }
-    static bool thread_has_context() noexcept { return has_context; }
-    static void clear_thread_context() noexcept { calls.push_back("clear_thread_context()"); }
 };
 
 }  // namespace
@@ -150,18 +129,6 @@ void bind_cuda_runtime(py::module_& m) {
     m.def("driver_mismatch_message", &cuda::driver_mismatch_message, py::arg("driver_version"),
           py::arg("runtime_version"),
           "Why a driver (CUDA version as 1000*major + 10*minor) cannot run this runtime; '' when it can.");
-    m.def(
-        "_device_guard_trace",
-        [](int current, bool has_context, int target) {
-            RecordingRuntime::current = current;
-            RecordingRuntime::has_context = has_context;
-            RecordingRuntime::calls.clear();
-            { cuda::BasicDeviceGuard<RecordingRuntime> guard(target); }
-            return RecordingRuntime::calls;
-        },
-        py::arg("current"), py::arg("has_context"), py::arg("target"),
-        "Test hook: the runtime calls DeviceGuard makes, against a recording fake runtime.");
-
     m.def(
         "synchronize",
         [](int device, uintptr_t stream) {

@@ -10,6 +10,7 @@ namespace dprec::bind {
 void bind_emulation(py::module_& m);
 void bind_emulation_sketch(py::module_& m);
 void bind_emulation_hadamard(py::module_& m);
+void bind_emulation_runtime(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_gpu_emulation, m) {
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_gpu_emulation, m) {
     dprec::bind::bind_emulation(m);
     dprec::bind::bind_emulation_sketch(m);
     dprec::bind::bind_emulation_hadamard(m);
+    dprec::bind::bind_emulation_runtime(m);
 }

@@ -82,3 +82,8 @@ def count_sketch_decode(
 def count_sketch_encode_plan(
     dim: int, rows: int, cols: int, max_pairs: int = ..., cell_fold_min_run: int = ...
 ) -> dict[str, int]: ...
+
+# -- the CUDA backend's device guard against a recording fake runtime ---------------------------
+
+def device_guard_trace(current: int, has_context: bool, target: int) -> list[str]:
+    """The runtime calls the device guard makes, e.g. ["set_device(1)", "clear_thread_context()"]."""
