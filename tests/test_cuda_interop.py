@@ -387,7 +387,7 @@ def test_hand_made_malformed_capsules_are_refused_untouched(cu, kwargs):
 
 
 # ---------------------------------------------------------------------------------------
-# Recognising GPU arrays (dprec._device)
+# Recognising GPU arrays (dprec._arrays, dprec._frameworks)
 # ---------------------------------------------------------------------------------------
 
 

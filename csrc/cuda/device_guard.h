@@ -1,5 +1,5 @@
 // The device guard's logic, apart from the CUDA runtime so that it can be tested without a
-// GPU (csrc/python/bind_cuda_runtime.cpp runs it against a recording fake runtime).
+// GPU (csrc/python/bind_emulation_runtime.cpp runs it against a recording fake runtime).
 #pragma once
 
 namespace dprec::cuda {
