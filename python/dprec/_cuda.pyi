@@ -61,62 +61,45 @@ def memory_pool_reserved(device: int) -> int: ...
 def empty_cache(device: int) -> None: ...
 def driver_mismatch_message(driver_version: int, runtime_version: int) -> str: ...
 
-# -- kernels -----------------------------------------------------------------------------------
+# -- kernels (pointers in dprec's order: inputs, then outputs; asynchronous on `stream`) ---------
+
+_Scratch = ScratchSource | None
 
 def stream_normals(
-    device: int,
-    stream: int,
-    seed: int,
-    substream: int,
-    group: int,
-    domain: int,
-    offset: int,
-    count: int,
-    scale: float,
-    out: int,
+    device: int, stream: int, seed: int, substream: int, group: int, domain: int, offset: int, count: int,
+    scale: float, out: int,
 ) -> None: ...
 def stream_words(
-    device: int,
-    stream: int,
-    seed: int,
-    substream: int,
-    group: int,
-    domain: int,
-    offset: int,
-    count: int,
-    out: int,
+    device: int, stream: int, seed: int, substream: int, group: int, domain: int, offset: int, count: int, out: int
 ) -> None: ...
 def rec_dot_products(
-    device: int,
-    stream: int,
-    phi: int,
-    dtype: str,
-    d: int,
-    seed: int,
-    group: int,
-    n_candidates: int,
-    factor: float,
-    out: int,
-    scratch: ScratchSource | None = None,
+    device: int, stream: int, phi: int, dtype: str, d: int, seed: int, group: int, n_candidates: int, factor: float,
+    out: int, scratch: _Scratch = None,
 ) -> None: ...
-def generate_only(device: int, stream: int, d: int, seed: int, group: int, n_candidates: int, scratch: ScratchSource | None = None) -> None: ...
+def generate_only(
+    device: int, stream: int, d: int, seed: int, group: int, n_candidates: int, scratch: _Scratch = None
+) -> None:
+    """Benchmark anchor: the normals of rec_dot_products, summed and discarded."""
+
 def gumbel_argmax(
-    device: int, stream: int, logits: int, gumbel: _F64s, offsets: _I64s, scratch: ScratchSource | None = None
+    device: int, stream: int, logits: int, gumbel: _F64s, offsets: _I64s, scratch: _Scratch = None
 ) -> _I64s: ...
 def accumulate(
     device: int, stream: int, out: int, dtype: str, d: int, group: int, seeds: _U64s, indices: _U32s, coefs: _F64s,
-    scratch: ScratchSource | None = None,
+    scratch: _Scratch = None,
 ) -> None:
     """out += coefs[c] * z_c client after client, in out's dtype (bit-identical to the CPU)."""
 
 def aggregate_f32(
     device: int, stream: int, out: int, d: int, group: int, seeds: _U64s, indices: _U32s, coefs: _F64s,
-    scratch: ScratchSource | None = None,
+    scratch: _Scratch = None,
 ) -> None:
     """out <- float32(sum_c coefs[c] * z_c), the sum in float64 (no float64 buffer in device memory)."""
 
 def norm_stats(
-    device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int], divisor: float, scratch: ScratchSource | None = None) -> npt.NDArray[np.float64]:
+    device: int, stream: int, ptrs: Sequence[int], dtypes: Sequence[str], sizes: Sequence[int], divisor: float,
+    scratch: _Scratch = None,
+) -> _F64s:
     """Row i: (sum of (x_i / divisor)**2, max |x_i| or NaN), shape (len(ptrs), 2); synchronises."""
 
 def scale_f64(device: int, stream: int, src: int, n: int, factor: float, dst: int) -> None: ...
@@ -125,56 +108,28 @@ def to_float32(device: int, stream: int, src: int, dtype: str, n: int, dst: int)
 # -- count-sketch ------------------------------------------------------------------------------
 
 def count_sketch_encode(
-    device: int,
-    stream: int,
-    x: int,
-    x_dtype: str,
-    dim: int,
-    seed: int,
-    group: int,
-    rows: int,
-    cols: int,
-    scale: float,
-    table: int,
-    table_dtype: str,
-    scratch: ScratchSource | None = None,
+    device: int, stream: int, x: int, x_dtype: str, dim: int, seed: int, group: int, rows: int, cols: int,
+    scale: float, table: int, table_dtype: str, scratch: _Scratch = None,
 ) -> None:
     """table[r, h_r(j)] += s_r(j) * x[j] * scale (x in the table's dtype), bit-identical to the CPU."""
 
 def count_sketch_decode(
-    device: int,
-    stream: int,
-    table: int,
-    dtype: str,
-    dim: int,
-    seed: int,
-    group: int,
-    rows: int,
-    cols: int,
-    median: bool,
-    median_scale: float,
-    out: int,
+    device: int, stream: int, table: int, dtype: str, dim: int, seed: int, group: int, rows: int, cols: int,
+    median: bool, median_scale: float, out: int,
 ) -> None:
     """Mean or median estimate into out (the table's dtype), bit-identical to the CPU; median: rows <= 32."""
-# -- Walsh-Hadamard transform (dtype "float32" or "float64"; asynchronous on `stream`) -------
 
-def fwht(device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool, scratch: ScratchSource | None = None) -> None:
+# -- Walsh-Hadamard transform (dtype "float32" or "float64") ------------------------------------
+
+def fwht(
+    device: int, stream: int, src: int, dst: int, dtype: str, rows: int, n: int, normalize: bool,
+    scratch: _Scratch = None,
+) -> None:
     """dst <- H_n src for rows x n elements (dst may be src); bit-identical to the CPU."""
 
 def randomized_hadamard(
-    device: int,
-    stream: int,
-    src: int,
-    dst: int,
-    dtype: str,
-    rows: int,
-    dim: int,
-    n: int,
-    seed: int,
-    group: int,
-    repeats: int,
-    inverse: bool,
-    scratch: ScratchSource | None = None,
+    device: int, stream: int, src: int, dst: int, dtype: str, rows: int, dim: int, n: int, seed: int, group: int,
+    repeats: int, inverse: bool, scratch: _Scratch = None,
 ) -> None:
     """Forward: rows x dim -> rows x n; inverse: rows x n -> rows x dim (src != dst)."""
 
