@@ -419,6 +419,20 @@ def test_codec_clips_extreme_float64_updates_through_the_prescale(fake_cuda):
     assert len(fake_cuda.calls_named("norm_stats")) == 2  # the sum of squares overflowed: rescaled pass
 
 
+def test_codec_refuses_overflowing_logits_on_the_gpu_as_on_the_host(fake_cuda):
+    """An unclipped update near the float64 maximum (C = c * sigma is huge) can overflow the
+    dot products: one validation path refuses it on both devices (the GPU used to sample from
+    infinite logits); an ordinary update is not scanned a second time."""
+    codec = DPRECCodec(sigma=1.0, clip_multiplier=1.7e308, bits=4)
+    w = np.full(64, 1.5e308 / 8)
+    for upd in ({"w": w}, {"w": FakeGpuArray(fake_cuda, w)}):
+        with pytest.raises(ValueError, match="logits contains infinite values"):
+            codec.encode(upd, rng=np.random.default_rng(0), seed=1)
+    fake_cuda.calls.clear()
+    DPRECCodec(sigma=1.0, bits=4).encode({"w": FakeGpuArray(fake_cuda, np.ones(64))}, seed=1)
+    assert len(fake_cuda.calls_named("norm_stats")) == 1  # the norm; the logits are provably finite
+
+
 def test_codec_prescales_a_float32_tensor_next_to_an_extreme_float64_one(fake_cuda):
     codec = DPRECCodec(sigma=1.0, bits=4)
     host = {"big": np.full(20, 1e300), "small": np.linspace(-1, 1, 30).astype(np.float32)}
