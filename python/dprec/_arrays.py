@@ -150,6 +150,7 @@ def _host(a: np.ndarray, obj: Any = None) -> Array:
 
 
 _NP_NAMES = {np.dtype(t): np.dtype(t).name for t in (np.float16, np.float32, np.float64, np.uint32, np.uint64, np.int64)}
+_NP_DTYPES = {name: dt for dt, name in _NP_NAMES.items()}
 
 
 def read(x: Any, name: str) -> Array:
@@ -380,7 +381,8 @@ def empty(like: Array | None, shape: tuple[int, ...], dtype: str, *, zero: bool 
     """An uninitialised (or, with ``zero``, zeroed) array on ``like``'s device, in its
     framework and on its stream (NumPy on the host, also when ``like`` is None)."""
     if like is None or like.device == HOST:
-        made = np.zeros(shape, dtype=dtype) if zero else np.empty(shape, dtype=dtype)
+        np_dtype = _NP_DTYPES.get(dtype) or np.dtype(dtype)  # parsing the name each call costs more than the call
+        made = np.zeros(shape, dtype=np_dtype) if zero else np.empty(shape, dtype=np_dtype)
         return Array(made, made, 0, made.shape, dtype, HOST, 0, "numpy")
     if like.framework in ("torch", "cupy"):
         obj, ptr = _frameworks.gpu_empty(like.framework, like.obj, like.device, tuple(shape), dtype)
