@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - scipy is installed wherever the
         "`pip install dprec[accounting]` or `pip install scipy`"
     ) from exc
 
-from . import discrete, joint_noise, qmgeo
+from . import discrete, dprec_rec, joint_noise, qmgeo
 from .accountant import (
     Accountant,
     DDGEvent,
@@ -59,23 +59,7 @@ from .accountant import (
     SkellamEvent,
 )
 from .discrete import *  # noqa: F401,F403 - re-exported, listed in __all__ below
-from .dprec_rec import (
-    DPREC_DEFAULT_ORDERS,
-    OVERHEAD_WARN_FRACTION,
-    REVERSE_METHODS,
-    SAMPLING_SCHEMES,
-    DPRECAccounting,
-    DPRECPrivacyWarning,
-    DPRECRoundAccountant,
-    dprec_calibrate,
-    dprec_delta,
-    dprec_epsilon,
-    dprec_forward_rdp,
-    dprec_local_epsilon,
-    dprec_min_bits,
-    dprec_overhead,
-    dprec_reverse_rdp,
-)
+from .dprec_rec import *  # noqa: F401,F403 - re-exported, listed in __all__ below
 from .joint_noise import *  # noqa: F401,F403
 from .qmgeo import *  # noqa: F401,F403
 from .rdp import (
@@ -92,26 +76,11 @@ __all__ = [
     "Accountant",
     "CONVERSION_METHODS",
     "DEFAULT_ORDERS",
-    "DPRECAccounting",
     "DPRECEvent",
-    "DPRECPrivacyWarning",
-    "DPRECRoundAccountant",
-    "DPREC_DEFAULT_ORDERS",
     "GaussianEvent",
-    "OVERHEAD_WARN_FRACTION",
     "PrivacyEvent",
-    "REVERSE_METHODS",
-    "SAMPLING_SCHEMES",
     "RdpEvent",
     "SampledGaussianEvent",
-    "dprec_calibrate",
-    "dprec_delta",
-    "dprec_epsilon",
-    "dprec_forward_rdp",
-    "dprec_local_epsilon",
-    "dprec_min_bits",
-    "dprec_overhead",
-    "dprec_reverse_rdp",
     "epsilon_per_order",
     "rdp_to_delta",
     "rdp_to_epsilon",
@@ -124,4 +93,4 @@ __all__ = [
     "joint_noise",
     "qmgeo",
 ]
-__all__ += discrete.__all__ + joint_noise.__all__ + qmgeo.__all__
+__all__ += dprec_rec.__all__ + discrete.__all__ + joint_noise.__all__ + qmgeo.__all__
