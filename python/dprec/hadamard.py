@@ -29,6 +29,7 @@ from ._frameworks import is_torch_tensor
 from ._validation import check_int, check_seed, check_u32
 from .constants import DOMAIN_HADAMARD_SIGN
 from .reference import hadamard as _ref
+from .reference import philox as _ref_philox
 
 __all__ = ["fwht", "RandomizedHadamard", "MAX_FWHT_LOG2"]
 
@@ -252,7 +253,7 @@ class RandomizedHadamard:
         w = philox.words(
             self._seed, self._n, substream=repeat, group=self._group, domain=DOMAIN_HADAMARD_SIGN, backend=backend
         )
-        return (1 - 2 * (w >> np.uint32(31)).astype(np.int8)).astype(dtype)
+        return _ref_philox.words_to_signs(w, dtype)
 
     def forward(self, x: Any, *, backend: str = "auto") -> Any:
         """Rotate: ``H D x / sqrt(n)`` over the last axis (length ``dim``), batched.

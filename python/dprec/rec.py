@@ -210,7 +210,7 @@ def _noise(n: int, rng: np.random.Generator | None, gumbel: Any, shape: tuple[in
         raise ValueError("gumbel must be a host (NumPy) array: the private noise is drawn on the host and uploaded")
     g = _arrays.float_input(gumbel, "gumbel").host
     assert g is not None
-    if g.size != n or g.shape != shape:
+    if g.shape != shape:
         raise ValueError(f"gumbel must have the shape of logits {shape}, got {g.shape}")
     return g.astype(np.float64, copy=False).reshape(shape)
 

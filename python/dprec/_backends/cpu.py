@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _native
 from ..constants import DOMAIN_HADAMARD_SIGN
+from ..reference.philox import words_to_signs
 from . import host
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class CpuKernels(host.HostKernels):
 
         def signs(repeat: int) -> np.ndarray:
             core.stream_words(seed, repeat, group, DOMAIN_HADAMARD_SIGN, 0, words)
-            return host.rotation_signs(words, dtype)
+            return words_to_signs(words, dtype)
 
         with np.errstate(over="ignore", invalid="ignore"):
             if inverse:

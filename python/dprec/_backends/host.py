@@ -67,8 +67,3 @@ def segments(offsets: np.ndarray) -> list[tuple[int, int]]:
     """``(start, stop)`` of each segment of a flat batch with these offsets."""
     bounds = offsets.tolist()
     return list(zip(bounds[:-1], bounds[1:]))
-
-
-def rotation_signs(words: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``+1`` for a word below ``2**31``, else ``-1``, in ``dtype`` (SPEC §4)."""
-    return (1 - 2 * (words >> np.uint32(31)).astype(np.int8)).astype(dtype)

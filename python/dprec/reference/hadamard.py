@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import DOMAIN_HADAMARD_SIGN
-from .philox import stream_words
+from .philox import stream_words, words_to_signs
 
 __all__ = ["fwht", "rotation_signs", "randomized_hadamard_forward", "randomized_hadamard_inverse", "padded_length"]
 
@@ -51,7 +51,7 @@ def fwht(x: np.ndarray, normalize: bool = True) -> np.ndarray:
 def rotation_signs(seed: int, n: int, repeat: int = 0, group: int = 0, dtype: Any = np.float64) -> np.ndarray:
     """The ``n`` diagonal signs (``+-1`` in ``dtype``) of repeat ``repeat``, Philox domain 3."""
     w = stream_words(seed, n, repeat, group, DOMAIN_HADAMARD_SIGN)
-    return (1 - 2 * (w >> np.uint32(31)).astype(np.int8)).astype(dtype)
+    return words_to_signs(w, dtype)
 
 
 def randomized_hadamard_forward(x: np.ndarray, dim: int, seed: int, repeats: int = 1, group: int = 0) -> np.ndarray:

@@ -8,6 +8,8 @@ no libm call, no float64 intermediate.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..constants import NORMAL_TRANSFORM_VERSION
@@ -15,6 +17,7 @@ from ..constants import NORMAL_TRANSFORM_VERSION
 __all__ = [
     "philox4x32",
     "stream_words",
+    "words_to_signs",
     "words_to_uniform",
     "words_to_normals",
     "stream_normals",
@@ -93,6 +96,12 @@ def stream_words(seed: int, count: int, substream: int = 0, group: int = 0, doma
     words = philox4x32(counter, key).reshape(-1)
     start = offset - 4 * first_block
     return words[start : start + count]
+
+
+def words_to_signs(words: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+    """``+1`` for a word below ``2**31``, else ``-1``, in ``dtype``: the sign rule of the
+    count-sketch and of the Hadamard rotation's diagonal (SPEC §4)."""
+    return (1 - 2 * (words >> np.uint32(31)).astype(np.int8)).astype(dtype)
 
 
 def words_to_uniform(words: np.ndarray, dtype: type = np.float32) -> np.ndarray:

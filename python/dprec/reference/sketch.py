@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
-from .philox import stream_words
+from .philox import stream_words, words_to_signs
 
 __all__ = ["buckets", "signs", "count_sketch_encode", "count_sketch_decode"]
 
@@ -35,7 +35,7 @@ def buckets(seed: int, dim: int, row: int, cols: int, group: int = 0, offset: in
 def signs(seed: int, dim: int, row: int, group: int = 0, offset: int = 0, dtype: Any = np.float64) -> np.ndarray:
     """Signs ``s_row(j)`` (``+-1`` in ``dtype``) of elements ``offset .. offset+dim-1``."""
     w = stream_words(seed, dim, row, group, DOMAIN_SKETCH_SIGN, offset)
-    return (1 - 2 * (w >> np.uint32(31)).astype(np.int8)).astype(dtype)
+    return words_to_signs(w, dtype)
 
 
 def count_sketch_encode(
