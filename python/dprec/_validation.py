@@ -90,3 +90,11 @@ def private_rng(rng: np.random.Generator | None) -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
     return rng
+
+
+def private_seed(rng: np.random.Generator | None) -> int:
+    """A client-private 64-bit Philox seed: from ``rng`` when given (tests, reproducible runs),
+    else from the OS entropy source. Never a seed the server knows (SPEC §2)."""
+    if rng is None:
+        return os_seed()
+    return int(private_rng(rng).integers(0, 1 << 64, dtype=np.uint64))

@@ -103,4 +103,28 @@ class Kernels(Protocol):
         """The mean or median estimate of the sketched vector into ``out``."""
 
 
+    # -- SecAgg distributed DP: discrete noise, rounding, modular arithmetic (SPEC §4) ---------
+    def discrete_gaussian(self, out: Array, seed: int, sigma: float) -> None:
+        """``out[i] <- N_Z(0, sigma**2)`` exactly (Canonne-Kamath-Steinke), int64 on the host;
+        element ``i`` reads its own Philox stream ``(seed, substream=i % 2**32, group=i >> 32,
+        domain=5)`` word after word, so the result does not depend on the thread count."""
+
+    def skellam(self, out: Array, seed: int, variance: float) -> None:
+        """``out[i] <- Poisson(variance/2) - Poisson(variance/2)`` (int64, host), streams as above."""
+
+    def conditional_round(self, x: Array, seed: int, attempt: int, group: int, out: Array) -> float:
+        """One randomized rounding of float64 ``x`` into int64 ``out`` with the uniforms of
+        ``(seed, substream=attempt, group, domain=4)``; returns ``sum out**2`` (float64)."""
+
+    def mod_reduce(self, x: Array, bits: int, out: Array) -> None:
+        """``out <- x mod 2**bits`` for int64 ``x``; ``out`` uint32 (bits <= 32) or uint64."""
+
+    def mod_sum(self, xs: Array, bits: int, out: Array, accumulate: bool) -> None:
+        """``out <- (out if accumulate else 0) + sum of the rows of xs (n, m)`` mod ``2**bits``."""
+
+    def mod_lift(self, x: Array, bits: int, scale: float, out: Array) -> None:
+        """The centered lift of ``x`` (uint mod ``2**bits``) to ``[-2**(bits-1), 2**(bits-1))``
+        times ``scale``, into int64 (``scale`` 1) or float64 / float32 ``out``."""
+
+
 BY_NAME: dict[str, Kernels] = {"cpu": cpu.CPU, "cuda": cuda.CUDA, "reference": reference.REFERENCE}

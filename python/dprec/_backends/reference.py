@@ -97,5 +97,30 @@ class ReferenceKernels(host.HostKernels):
                                           median_scale != 1.0, "median" if median else "mean")
         out.host.reshape(-1)[...] = est
 
+    # -- SecAgg (issue 16: being filled in) ---------------------------------------------------
+    @staticmethod
+    def discrete_gaussian(out: Array, seed: int, sigma: float) -> None:
+        raise NotImplementedError("discrete_gaussian")
+
+    @staticmethod
+    def skellam(out: Array, seed: int, variance: float) -> None:
+        raise NotImplementedError("skellam")
+
+    @staticmethod
+    def conditional_round(x: Array, seed: int, attempt: int, group: int, out: Array) -> float:
+        raise NotImplementedError("conditional_round")
+
+    @staticmethod
+    def mod_reduce(x: Array, bits: int, out: Array) -> None:
+        raise NotImplementedError("mod_reduce")
+
+    @staticmethod
+    def mod_sum(xs: Array, bits: int, out: Array, accumulate: bool) -> None:
+        raise NotImplementedError("mod_sum")
+
+    @staticmethod
+    def mod_lift(x: Array, bits: int, scale: float, out: Array) -> None:
+        raise NotImplementedError("mod_lift")
+
 
 REFERENCE = ReferenceKernels()
