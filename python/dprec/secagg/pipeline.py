@@ -1,5 +1,549 @@
-"""Placeholder (issue 16 in progress)."""
+"""The distributed-DP pipelines of Chen et al. (Algorithms 1, 2 and 6; SPEC §4): DDG and Skellam.
+
+A round of federated mean estimation under secure aggregation (SecAgg) with distributed noise:
+
+client (:meth:`DistributedPipeline.encode`)
+    clip to L2 norm ``clip``; optionally count-sketch to ``rows x cols`` (Chen et al., Algorithm 2)
+    and re-clip the sketch; randomized Hadamard rotation (zero-padded to a power of two);
+    scale by ``1/gamma``; conditional randomized rounding (Kairouz et al. 2021); add discrete
+    noise (discrete Gaussian or Skellam) in the integer domain; reduce mod ``M = 2**bits``.
+SecAgg (:meth:`DistributedPipeline.aggregate`)
+    the modular sum of the clients' vectors: all the server ever sees.
+server (:meth:`DistributedPipeline.decode`)
+    centered lift to ``[-M/2, M/2)``, rescale by ``gamma``, inverse rotation, unsketch, divide
+    by the number of clients.
+
+The rotation and the sketch come from the round's **shared** seed (the server needs them); the
+rounding uniforms and the noise come from a **client-private** seed (OS entropy unless the
+caller passes a NumPy Generator), SPEC §2.
+
+Parameters are chosen like TensorFlow Federated's ``DistributedDpSumFactory``, but written down
+(see :class:`DistributedPipeline`): the scale ``1/gamma`` is the largest for which ``k`` standard
+deviations of an aggregate coordinate fit in ``[-M/2, M/2)``, with ``k`` from the per-coordinate
+wrap probability asked for; when the noise is calibrated to a target epsilon, ``gamma`` and the
+noise are solved together (the sensitivity after rounding depends on ``gamma``), and the noise
+is always the one :mod:`dprec.accounting.discrete` certifies for the ``gamma`` actually used.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+from typing import Any, Optional
+
+import numpy as np
+from scipy.special import erfcinv
+
+from .. import _arrays
+from ..accounting import discrete as _acct
+from ..hadamard import RandomizedHadamard
+from ..sketch import CountSketch
+from . import modular, noise, rounding
+
+__all__ = ["DistributedPipeline", "DDGPipeline", "SkellamPipeline", "MAX_INTEGER_NOISE_STDDEV"]
+
+#: Most per-client noise standard deviation, in integer units, the pipelines ask of the
+#: samplers (:data:`dprec.secagg.noise.MAX_DISCRETE_GAUSSIAN_SIGMA`). Beyond it a larger scale
+#: buys nothing: the rounding error is already below ``2**-48`` of the noise variance, so wide
+#: moduli leave head-room instead of scaling further.
+MAX_INTEGER_NOISE_STDDEV = float(2**24)
+
+
+def _positive(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if not (math.isfinite(v) and v > 0.0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def _count(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    v = int(value)
+    if not low <= v <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {v}")
+    return v
+
+
+def _discrete_gaussian_variance(sigma: float) -> float:
+    """Exact variance of N_Z(0, sigma^2) (below sigma^2 for small sigma; equal to ~1e-80 above 3)."""
+    if sigma >= 3.0:
+        return sigma * sigma
+    y = np.arange(-int(40 * sigma) - 40, int(40 * sigma) + 41, dtype=np.float64)
+    w = np.exp(-y * y / (2.0 * sigma * sigma))
+    return float(np.sum(w * y * y) / np.sum(w))
+
+
+def _to_host_float64(x: Any, name: str) -> np.ndarray:
+    """The client's vector as a float64 NumPy array (GPU arrays are copied: the client side runs on the host)."""
+    a = _arrays.read(x, name)
+    if a.on_gpu:
+        obj = a.obj
+        if hasattr(obj, "detach"):  # PyTorch
+            obj = obj.detach().cpu()
+        elif hasattr(obj, "get"):  # CuPy
+            obj = obj.get()
+        else:
+            raise TypeError(f"{name} is a GPU array of an unsupported kind; pass a NumPy array, a PyTorch tensor or a CuPy array")
+        a = _arrays.read(obj, name)
+    src = _arrays.float_input(a, name)
+    return np.array(src.result(), dtype=np.float64, copy=True).reshape(-1)
+
+
+class DistributedPipeline:
+    """One round's distributed-DP SecAgg pipeline (base of :class:`DDGPipeline` and :class:`SkellamPipeline`).
+
+    Parameters
+    ----------
+    dim : int
+        d, the length of each client's update.
+    clip : float
+        c > 0, the L2 norm each client's update is clipped to.
+    bits : int
+        SecAgg word size: values live mod ``M = 2**bits``, ``2 <= bits <= 64`` (uint32 words up to
+        32 bits, uint64 above).
+    num_clients : int
+        n, the clients whose vectors (and noise shares) are summed in a round.
+    seed : int
+        The round's shared 64-bit seed (rotation signs, sketch hashes). Known to the server.
+    noise_stddev : float, optional
+        sigma, each client's noise standard deviation in the units of the update (the client adds
+        ``gamma * noise`` with integer noise of standard deviation ``sigma / gamma``). Give this or
+        ``target_epsilon``.
+    target_epsilon : float, optional
+        Calibrate ``noise_stddev`` so that the mechanism (``steps`` rounds, Poisson ``sampling_rate``)
+        is ``(target_epsilon, delta)``-DP by :mod:`dprec.accounting.discrete`. Needs ``delta``.
+    delta : float, optional
+        The delta of the reported / targeted epsilon.
+    steps : int
+        Rounds composed in the accounting (default 1).
+    sampling_rate : float
+        Poisson sampling rate of the accounting (default 1: every client every round).
+    sketch : (int, int), optional
+        ``(rows, cols)``: count-sketch the update first (Chen et al., Algorithm 2); the message then
+        has ``rows * cols`` coordinates (padded to a power of two by the rotation).
+    sketch_slack : float
+        The sketched update is re-clipped to ``clip * sqrt((1 + sketch_slack) / rows)`` (a
+        count-sketch with the 1/rows normalisation shrinks norms by ``sqrt(rows)`` on average; the
+        re-clip makes the sensitivity exact whatever the hashes). Default 0.1, the 1.1 of Chen et
+        al.'s Appendix F.
+    beta : float
+        Conditional rounding bias, in [0, 1); default ``exp(-0.5)`` (Kairouz et al.; Chen et al.,
+        Appendix B). 0 means unconditional rounding.
+    wrap_probability : float
+        Target probability that one coordinate of the aggregate leaves ``[-M/2, M/2)``, under a
+        Gaussian approximation of the aggregate; sets ``k = sqrt(2) erfcinv(wrap_probability)``
+        standard deviations of head-room (default 1e-6: about 4.9).
+    group : int
+        Philox group id of the rotation and sketch (e.g. the tensor number), default 0.
+
+    Notes
+    -----
+    **The scale.** With ``s = 1/gamma``, an aggregate coordinate (integer units) is the sum of
+    n rotated, scaled updates, n rounding errors and n noise shares. Its variance is at most
+    ``v(s) = s^2 (n^2 c'^2 / p + n sigma^2) + n / 4``: ``p`` the padded dimension, ``c'`` the clip
+    of the rotated vector (after a sketch, the re-clip); the first term is the worst case of n
+    aligned updates spread evenly by the rotation, the last bounds the rounding variances. The
+    pipeline takes the largest ``s`` with ``k sqrt(v(s)) <= M/2``, capped so that the integer noise
+    standard deviation ``s sigma`` stays within :data:`MAX_INTEGER_NOISE_STDDEV`. When
+    ``(M/(2k))^2 <= n/4`` no scale exists (rounding alone would wrap): a ValueError names
+    ``bits``. TFF computes the same kind of scale but omits the rounding term, which is what goes
+    wrong at small bit widths.
+
+    **Calibration.** Given ``target_epsilon``, ``sigma(gamma)`` (the smallest noise the accounting
+    certifies for the sensitivity after rounding at ``gamma``) and ``gamma(sigma)`` (the scale
+    above) are iterated to a fixed point; the final noise is ``sigma(gamma)`` for the final
+    ``gamma``, so the privacy claim holds exactly for the parameters used.
+    """
+
+    mechanism: str = ""
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        clip: float,
+        bits: int,
+        num_clients: int,
+        seed: int,
+        noise_stddev: Optional[float] = None,
+        target_epsilon: Optional[float] = None,
+        delta: Optional[float] = None,
+        steps: int = 1,
+        sampling_rate: float = 1.0,
+        sketch: Optional[tuple[int, int]] = None,
+        sketch_slack: float = 0.1,
+        beta: float = math.exp(-0.5),
+        wrap_probability: float = 1e-6,
+        group: int = 0,
+    ) -> None:
+        self._dim = _count(dim, "dim", 1, 1 << 34)
+        self._clip = _positive(clip, "clip")
+        self._bits = _count(bits, "bits", 2, 64)
+        self._n = _count(num_clients, "num_clients", 1, 1 << 40)
+        self._steps = _count(steps, "steps", 1, 1 << 40)
+        self._sampling_rate = _positive(sampling_rate, "sampling_rate")
+        if self._sampling_rate > 1.0:
+            raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+        self._beta = float(beta)
+        if not 0.0 <= self._beta < 1.0:
+            raise ValueError(f"beta must be in [0, 1), got {beta!r}")
+        p = _positive(wrap_probability, "wrap_probability")
+        if p >= 1.0:
+            raise ValueError(f"wrap_probability must be in (0, 1), got {wrap_probability!r}")
+        self._k = float(math.sqrt(2.0) * erfcinv(p))
+        self._sketch: Optional[CountSketch] = None
+        message_dim = self._dim
+        self._sensitive_clip = self._clip
+        if sketch is not None:
+            if not (isinstance(sketch, (tuple, list)) and len(sketch) == 2):
+                raise TypeError(f"sketch must be a (rows, cols) pair or None, got {sketch!r}")
+            slack = float(sketch_slack)
+            if not (math.isfinite(slack) and slack >= 0.0):
+                raise ValueError(f"sketch_slack must be a finite number >= 0, got {sketch_slack!r}")
+            self._sketch = CountSketch(self._dim, sketch[0], sketch[1], seed, group)
+            message_dim = self._sketch.rows * self._sketch.cols
+            self._sensitive_clip = self._clip * math.sqrt((1.0 + slack) / self._sketch.rows)
+        self._rotation = RandomizedHadamard(message_dim, seed, group=group)
+        self._delta = None if delta is None else _positive(delta, "delta")
+        if self._delta is not None and self._delta >= 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+
+        if (noise_stddev is None) == (target_epsilon is None):
+            raise ValueError("give exactly one of noise_stddev and target_epsilon")
+        if target_epsilon is not None:
+            if self._delta is None:
+                raise ValueError("target_epsilon needs delta")
+            target = _positive(target_epsilon, "target_epsilon")
+            self._sigma, self._gamma = self._calibrate(target)
+        else:
+            self._sigma = _positive(noise_stddev, "noise_stddev")
+            self._gamma = 1.0 / self._scale_for(self._sigma)
+
+    # ---- parameters ----------------------------------------------------------------------
+
+    def _scale_for(self, sigma: float) -> float:
+        """The largest scale ``s = 1/gamma`` with ``k`` standard deviations inside ``[-M/2, M/2)``."""
+        n, p = float(self._n), float(self.padded_dim)
+        budget = (2.0 ** (self._bits - 1) / self._k) ** 2 - n / 4.0
+        if budget <= 0.0:
+            need = math.ceil(math.log2(self._k * math.sqrt(n))) + 2
+            raise ValueError(
+                f"bits={self._bits} is too few for num_clients={self._n}: the rounding errors alone would wrap "
+                f"around M = 2**{self._bits} (at {self._k:.2f} standard deviations); use bits >= {need}"
+            )
+        c = self._sensitive_clip
+        per_unit = (n * c) ** 2 / p + n * sigma * sigma
+        s = math.sqrt(budget / per_unit)
+        return min(s, MAX_INTEGER_NOISE_STDDEV / sigma)
+
+    def _accounted_epsilon(self, sigma: float, gamma: float) -> float:
+        assert self._delta is not None
+        return self._epsilon_function()(
+            l2_sensitivity=self._l2_sensitivity(gamma),
+            noise_stddev=sigma,
+            num_clients=self._n,
+            dim=self.padded_dim,
+            delta=self._delta,
+            steps=self._steps,
+            sampling_rate=self._sampling_rate,
+            granularity=gamma,
+        )[0]
+
+    def _noise_for(self, target: float, gamma: float) -> float:
+        return self._calibration_function()(
+            target,
+            l2_sensitivity=self._l2_sensitivity(gamma),
+            num_clients=self._n,
+            dim=self.padded_dim,
+            delta=self._delta,
+            steps=self._steps,
+            sampling_rate=self._sampling_rate,
+            granularity=gamma,
+        )
+
+    def _calibrate(self, target: float) -> tuple[float, float]:
+        # Start from a grid far finer than any scale can reach (rounding nearly free), then
+        # alternate: the noise for this gamma, the gamma for this noise. Both maps increase, so
+        # the iteration climbs monotonically to the fixed point.
+        gamma = self._sensitive_clip * 1e-12
+        sigma = self._noise_for(target, gamma)
+        for _ in range(100):
+            new_gamma = 1.0 / self._scale_for(sigma)
+            sigma = self._noise_for(target, new_gamma)
+            done = abs(new_gamma - gamma) <= 1e-9 * new_gamma
+            gamma = new_gamma
+            if done:
+                break
+        return sigma, gamma
+
+    def _l2_sensitivity(self, gamma: float) -> float:
+        return _acct.rounded_l2_sensitivity(self._sensitive_clip, self.padded_dim, gamma, self._beta)
+
+    def _epsilon_function(self) -> Any:
+        raise NotImplementedError
+
+    def _calibration_function(self) -> Any:
+        raise NotImplementedError
+
+    def _sample_noise(self, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _noise_variance(self) -> float:
+        """Variance of one client's integer noise share."""
+        raise NotImplementedError
+
+    @property
+    def dim(self) -> int:
+        """d, the length of an update."""
+        return self._dim
+
+    @property
+    def clip(self) -> float:
+        return self._clip
+
+    @property
+    def bits(self) -> int:
+        """log2 of the SecAgg modulus M."""
+        return self._bits
+
+    @property
+    def modulus(self) -> int:
+        return 1 << self._bits
+
+    @property
+    def num_clients(self) -> int:
+        return self._n
+
+    @property
+    def sketch(self) -> Optional[CountSketch]:
+        return self._sketch
+
+    @property
+    def rotation(self) -> RandomizedHadamard:
+        return self._rotation
+
+    @property
+    def padded_dim(self) -> int:
+        """Coordinates of a message: the (sketched) dimension padded to a power of two."""
+        return self._rotation.padded_dim
+
+    @property
+    def message_dtype(self) -> np.dtype:
+        return modular.storage_dtype(self._bits)
+
+    @property
+    def bits_per_client(self) -> int:
+        """What each client sends per round: ``padded_dim * bits``."""
+        return self.padded_dim * self._bits
+
+    @property
+    def bits_per_parameter(self) -> float:
+        return self.bits_per_client / self._dim
+
+    @property
+    def noise_stddev(self) -> float:
+        """sigma, each client's noise standard deviation in the update's units."""
+        return self._sigma
+
+    @property
+    def granularity(self) -> float:
+        """gamma, the rounding grid (update units per integer step)."""
+        return self._gamma
+
+    @property
+    def scale(self) -> float:
+        """1 / gamma."""
+        return 1.0 / self._gamma
+
+    @property
+    def integer_noise_stddev(self) -> float:
+        """sigma / gamma: the noise parameter of each client's integer noise share."""
+        return self._sigma / self._gamma
+
+    @property
+    def sensitivity_clip(self) -> float:
+        """The L2 norm bound of the rotated vector: ``clip``, or the sketch's re-clip."""
+        return self._sensitive_clip
+
+    @property
+    def l2_sensitivity(self) -> float:
+        """Delta2 after conditional rounding (Chen et al. Theorem E.1), in update units."""
+        return self._l2_sensitivity(self._gamma)
+
+    @property
+    def rounding_norm_bound(self) -> float:
+        """The conditional-rounding bound on the rounded vector's norm, in integer units."""
+        return self._l2_sensitivity(self._gamma) / self._gamma
+
+    @property
+    def stddevs_of_headroom(self) -> float:
+        """k: aggregate standard deviations (worst case) between 0 and M/2."""
+        return self._k
+
+    def aggregate_stddev(self) -> float:
+        """The worst-case standard deviation of one aggregate coordinate, in integer units."""
+        s, n = self.scale, float(self._n)
+        return math.sqrt(s * s * (n * self._sensitive_clip) ** 2 / self.padded_dim + n * self._noise_variance() + n / 4)
+
+    @property
+    def wrap_probability(self) -> float:
+        """Probability that a given aggregate coordinate wraps around M (Gaussian approximation)."""
+        return float(math.erfc(2.0 ** (self._bits - 1) / self.aggregate_stddev() / math.sqrt(2.0)))
+
+    @property
+    def any_wrap_probability(self) -> float:
+        """Union bound over the ``padded_dim`` coordinates of :attr:`wrap_probability`."""
+        return min(1.0, self.padded_dim * self.wrap_probability)
+
+    def epsilon(self, delta: Optional[float] = None) -> float:
+        """The accounted epsilon at ``delta`` (default: the pipeline's delta)."""
+        d = self._delta if delta is None else _positive(delta, "delta")
+        if d is None:
+            raise ValueError("epsilon needs delta (pass delta here or to the pipeline)")
+        saved, self._delta = self._delta, d
+        try:
+            return self._accounted_epsilon(self._sigma, self._gamma)
+        finally:
+            self._delta = saved
+
+    def concentrated_epsilon(self) -> float:
+        """Theorem E.1's epsilon of one round without sampling (the ``eps`` of ``(1/2) eps^2``-zCDP)."""
+        return _acct.ddg_concentrated_epsilon(self.l2_sensitivity, self._sigma, self._n, self.padded_dim, self._gamma)
+
+    def noise_mse(self, num_clients: Optional[int] = None) -> float:
+        """Expected squared error of the decoded mean due to the noise alone (closed form).
+
+        The summed noise is isotropic in the rotated domain with variance ``n Var(share)``
+        (integer units) per coordinate; the rotation is orthonormal, so each decoded coordinate
+        of the unsketched mean has variance ``gamma^2 n Var / n^2``; a mean decode of a sketch
+        adds ``rows`` independent cells per coordinate.
+        """
+        n = self._n if num_clients is None else num_clients
+        rows = 1 if self._sketch is None else self._sketch.rows
+        return self._gamma**2 * self._dim * rows * self._noise_variance() / n
+
+    def rounding_mse(self, rounding_variance: float, num_clients: Optional[int] = None) -> float:
+        """Expected squared error due to rounding, given the summed per-coordinate rounding variance
+        ``sum_i sum_j f_ij (1 - f_ij)`` of the n clients' scaled, rotated vectors."""
+        n = self._n if num_clients is None else num_clients
+        rows = 1 if self._sketch is None else self._sketch.rows
+        return self._gamma**2 * self._dim * rows / self.padded_dim * rounding_variance / (n * n)
+
+    def __repr__(self) -> str:
+        sk = "" if self._sketch is None else f", sketch={self._sketch.shape}"
+        return (
+            f"{type(self).__name__}(dim={self._dim}, clip={self._clip}, bits={self._bits}, num_clients={self._n}"
+            f"{sk}, noise_stddev={self._sigma:.6g}, granularity={self._gamma:.6g})"
+        )
+
+    # ---- client ------------------------------------------------------------------------
+
+    def prepare(self, x: Any) -> np.ndarray:
+        """Clip, sketch (and re-clip), rotate and scale: the real vector the client rounds (float64)."""
+        v = _to_host_float64(x, "x")
+        if v.size != self._dim:
+            raise ValueError(f"x must have {self._dim} elements, got {v.size}")
+        norm = float(np.linalg.norm(v))
+        if norm > self._clip:
+            v *= self._clip / norm
+        if self._sketch is not None:
+            v = np.asarray(self._sketch.encode(v)).reshape(-1)
+            norm = float(np.linalg.norm(v))
+            if norm > self._sensitive_clip:
+                v *= self._sensitive_clip / norm
+        y = np.asarray(self._rotation.forward(v), dtype=np.float64)
+        y *= self.scale
+        return y
+
+    def encode(self, x: Any, *, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+        """One client's SecAgg input: ``(round(s R clip(x)) + noise) mod M`` (``padded_dim`` words).
+
+        Parameters
+        ----------
+        x : array_like
+            The update, ``dim`` elements of a floating-point array (NumPy, PyTorch CPU or CUDA,
+            CuPy; GPU arrays are copied to the host, where the client steps run).
+        rng : numpy.random.Generator, optional
+            Where the client-private seeds of the rounding and the noise come from; by default
+            the OS entropy source. Never pass a generator the server can reproduce.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``padded_dim`` values of :attr:`message_dtype`, each in ``[0, M)``.
+        """
+        y = self.prepare(x)
+        ints, _ = rounding.conditional_round(y, self.rounding_norm_bound if self._beta > 0 else None, rng=rng)
+        ints += self._sample_noise(ints.size, rng)
+        return modular.modular_reduce(ints, self._bits)
+
+    # ---- SecAgg and server ------------------------------------------------------------------
+
+    def aggregate(self, messages: Any, *, out: Any = None) -> Any:
+        """The SecAgg simulator: the modular sum of the clients' messages (a (n, padded_dim) array or a
+        sequence of messages), on their device. Only this sum reaches the server."""
+        return modular.modular_sum(messages, self._bits, out=out)
+
+    def decode(self, total: Any, *, num_clients: Optional[int] = None) -> Any:
+        """The mean estimate from the modular sum: lift, rescale, inverse rotation, unsketch, / n.
+
+        Runs on the device of ``total`` (NumPy on the CPU; PyTorch CUDA or CuPy on the GPU) and
+        returns a float64 array of ``dim`` elements in the same framework.
+        """
+        n = self._n if num_clients is None else _count(num_clients, "num_clients", 1, 1 << 40)
+        lifted = modular.centered_lift(total, self._bits, scale=self._gamma / n, dtype=np.float64)
+        v = self._rotation.inverse(lifted)
+        if self._sketch is not None:
+            v = self._sketch.decode(v.reshape(self._sketch.shape))
+        return v
+
+
+class DDGPipeline(DistributedPipeline):
+    """The distributed discrete Gaussian mechanism (Kairouz et al. 2021; Chen et al., Algorithms 1, 2, 6).
+
+    Each client adds ``N_Z(0, (sigma/gamma)^2)`` noise (exact sampler,
+    :func:`dprec.secagg.sample_discrete_gaussian`); the accounting is
+    :func:`dprec.accounting.discrete.ddg_epsilon` (Theorem E.1 with the SPEC §4 errata, and
+    Kairouz et al.'s per-order bounds). See :class:`DistributedPipeline` for the parameters.
+    """
+
+    mechanism = "ddg"
+
+    def _epsilon_function(self) -> Any:
+        return _acct.ddg_epsilon
+
+    def _calibration_function(self) -> Any:
+        return _acct.ddg_noise_for_epsilon
+
+    def _sample_noise(self, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+        return noise.sample_discrete_gaussian(n, self.integer_noise_stddev, rng=rng)
+
+    def _noise_variance(self) -> float:
+        return _discrete_gaussian_variance(self.integer_noise_stddev)
+
+
+class SkellamPipeline(DistributedPipeline):
+    """The distributed Skellam mechanism (Agarwal, Kairouz and Liu 2021), SPEC §4's alternative.
+
+    Each client adds symmetric Skellam noise of variance ``(sigma/gamma)^2``
+    (:func:`dprec.secagg.sample_skellam`); the sum of the shares is Skellam with the summed
+    variance. Accounting: :func:`dprec.accounting.discrete.skellam_epsilon`. See
+    :class:`DistributedPipeline` for the parameters.
+    """
+
+    mechanism = "skellam"
+
+    def _epsilon_function(self) -> Any:
+        return _acct.skellam_epsilon
+
+    def _calibration_function(self) -> Any:
+        return _acct.skellam_noise_for_epsilon
+
+    def _sample_noise(self, n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+        return noise.sample_skellam(n, self.integer_noise_stddev**2, rng=rng)
+
+    def _noise_variance(self) -> float:
+        return self.integer_noise_stddev**2
+
