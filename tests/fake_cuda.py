@@ -3,9 +3,9 @@
 The Python plumbing of the CUDA backend (``dprec._arrays``, ``dprec._frameworks``, the CUDA backend ``dprec._backends.cuda`` behind
 ``dprec.rec``, ``dprec.philox``, ``dprec.codec``, ``dprec.hadamard`` and ``dprec.sketch``,
 ``dprec.cuda.DeviceArray``) only talks to the compiled module through the functions of
-csrc/python/bind_cuda_runtime.cpp, bind_cuda_rec.cpp, bind_cuda_hadamard.cpp and
-bind_cuda_sketch.cpp. :class:`FakeCuda` offers the same functions, with the same argument
-order, on host memory:
+csrc/python/bind_cuda_runtime.cpp, bind_cuda_rec.cpp, bind_cuda_hadamard.cpp,
+bind_cuda_sketch.cpp and bind_cuda_modular.cpp (the SecAgg server side). :class:`FakeCuda`
+offers the same functions, with the same argument order, on host memory:
 
 * "device memory" is NumPy buffers in a registry ``{ptr: (nbytes, array)}``; a
   :class:`FakeCuda.DeviceBuffer` (and a :class:`FakeGpuArray`) allocates one, filled with
@@ -510,6 +510,85 @@ class FakeCuda:
         tv = self._view(table, device, t, cells, "table")
         ov = self._view(out, device, t, dim, "out")
         _emu().count_sketch_decode(tv, seed, group, rows, cols, bool(median), float(median_scale), ov)
+
+    # -- SecAgg server side (bind_cuda_modular.cpp) ---------------------------------------------
+
+    @staticmethod
+    def _mod_bits(bits: Any) -> int:
+        bits = operator.index(bits)
+        if bits < 1 or bits > 64:
+            raise ValueError(f"bits must be in 1 .. 64, got {bits}")
+        return bits
+
+    @staticmethod
+    def _mod_storage(dtype: str, bits: int, name: str) -> Any:
+        want = "uint32" if bits <= 32 else "uint64"
+        if dtype not in ("uint32", "uint64"):
+            raise TypeError(f"{name} must be uint32 or uint64 (values mod 2**bits), got {dtype}")
+        if dtype != want:
+            raise TypeError(
+                f"{name} must have dtype {want} for bits = {bits} (uint32 for bits <= 32, uint64 above), got {dtype}"
+            )
+        return np.dtype(dtype)
+
+    def mod_sum(
+        self,
+        device: int,
+        stream: int,
+        xs: int,
+        xs_dtype: str,
+        n: int,
+        m: int,
+        bits: int,
+        out: int,
+        out_dtype: str,
+        accumulate: bool,
+    ) -> None:
+        self._record("mod_sum", stream, xs, xs_dtype, n, m, bits, out, out_dtype, accumulate)
+        bits = self._mod_bits(bits)
+        t = self._mod_storage(xs_dtype, bits, "xs")
+        self._mod_storage(out_dtype, bits, "out")
+        n, m = operator.index(n), operator.index(m)
+        if m < 1:
+            raise ValueError(f"out must not be empty, got m = {m}")
+        if n < 1:
+            raise ValueError(f"xs must have at least one row, got n = {n}")
+        if n * m > 1 << 60:
+            raise ValueError(f"xs has too many elements: n * m = {n} * {m} exceeds 2**60")
+        device = self._device(device)
+        xv = self._view(xs, device, t, n * m, "xs")
+        ov = self._view(out, device, t, m, "out")
+        _emu().mod_sum(xv, n, m, bits, ov, bool(accumulate))
+
+    def mod_lift(
+        self,
+        device: int,
+        stream: int,
+        x: int,
+        x_dtype: str,
+        count: int,
+        bits: int,
+        scale: float,
+        out: int,
+        out_dtype: str,
+    ) -> None:
+        self._record("mod_lift", stream, x, x_dtype, count, bits, scale, out, out_dtype)
+        bits = self._mod_bits(bits)
+        t = self._mod_storage(x_dtype, bits, "x")
+        scale = float(scale)
+        if not math.isfinite(scale):
+            raise ValueError("scale must be finite")
+        if out_dtype not in ("int64", "float64", "float32"):
+            raise TypeError(f"out must be int64, float64 or float32 for the centered lift, got {out_dtype}")
+        if out_dtype == "int64" and scale != 1.0:
+            raise ValueError(f"scale must be 1 for an int64 out (scale a float32 or float64 out), got {scale}")
+        count = operator.index(count)
+        if count < 1:
+            raise ValueError("x must not be empty")
+        device = self._device(device)
+        xv = self._view(x, device, t, count, "x")
+        ov = self._view(out, device, np.dtype(out_dtype), count, "out")
+        _emu().mod_lift(xv, bits, scale, ov)
 
     # -- FWHT (bind_cuda_hadamard.cpp) ---------------------------------------------------------
 

@@ -178,6 +178,7 @@ void preload_kernels(int device) {
     preload_rec_kernels();
     preload_hadamard_kernels();
     preload_sketch_kernels();
+    preload_modular_kernels();
     loaded[static_cast<size_t>(device)] = true;
 }
 

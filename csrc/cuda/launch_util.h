@@ -34,6 +34,7 @@ void preload_kernel(Kernel* kernel, const char* what) {
 void preload_rec_kernels();
 void preload_hadamard_kernels();
 void preload_sketch_kernels();
+void preload_modular_kernels();
 
 // Scratch memory for one launcher call, from the thread's scratch source (launch.h: the
 // caller framework's allocator, or dprec's pool), returned in stream order when it goes out

@@ -9,6 +9,7 @@ void bind_cuda_rec(py::module_& m);
 void bind_cuda_sketch(py::module_& m);
 void bind_dlpack(py::module_& m);
 void bind_cuda_hadamard(py::module_& m);
+void bind_cuda_modular(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_cuda, m) {
@@ -18,4 +19,5 @@ PYBIND11_MODULE(_cuda, m) {
     dprec::bind::bind_cuda_sketch(m);
     dprec::bind::bind_dlpack(m);
     dprec::bind::bind_cuda_hadamard(m);
+    dprec::bind::bind_cuda_modular(m);
 }

@@ -11,6 +11,7 @@ void bind_emulation(py::module_& m);
 void bind_emulation_sketch(py::module_& m);
 void bind_emulation_hadamard(py::module_& m);
 void bind_emulation_runtime(py::module_& m);
+void bind_emulation_modular(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_gpu_emulation, m) {
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_gpu_emulation, m) {
     dprec::bind::bind_emulation_sketch(m);
     dprec::bind::bind_emulation_hadamard(m);
     dprec::bind::bind_emulation_runtime(m);
+    dprec::bind::bind_emulation_modular(m);
 }

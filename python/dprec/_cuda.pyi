@@ -133,6 +133,20 @@ def randomized_hadamard(
 ) -> None:
     """Forward: rows x dim -> rows x n; inverse: rows x n -> rows x dim (src != dst)."""
 
+# -- SecAgg server side (values mod 2**bits: "uint32" for bits <= 32, "uint64" above) -------------
+
+def mod_sum(
+    device: int, stream: int, xs: int, xs_dtype: str, n: int, m: int, bits: int, out: int, out_dtype: str,
+    accumulate: bool,
+) -> None:
+    """out[j] <- ((out[j] if accumulate else 0) + sum_i xs[i, j]) mod 2**bits, xs row-major (n, m); exact."""
+
+def mod_lift(
+    device: int, stream: int, x: int, x_dtype: str, count: int, bits: int, scale: float, out: int, out_dtype: str
+) -> None:
+    """out <- centered lift of x mod 2**bits into [-2**(bits-1), 2**(bits-1)): out int64 (scale 1), or
+    float64 / float32 scale * lifted computed in float64 (bit-identical to the CPU)."""
+
 # -- DLPack ------------------------------------------------------------------------------------
 
 class DLPackTensor:

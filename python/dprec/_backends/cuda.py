@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from .._arrays import Array
 
 
+#: Why the client-side SecAgg operations refuse GPU arrays.
+_CLIENT_SIDE = (
+    "{} is a client-side SecAgg operation (private randomness, one client's vector): it runs on the host "
+    "(backend 'auto' with host arrays, 'cpu' or 'reference'); the CUDA backend serves the server side "
+    "(mod_sum, mod_lift)"
+)
+
+
 def _cuda() -> Any:
     return _native.cuda_module()
 
@@ -120,30 +128,39 @@ class CudaKernels:
         _cuda().count_sketch_decode(table.device, table.stream, table.ptr, table.dtype, dim, seed, group, rows, cols,
                                     median, median_scale, out.ptr)
 
-    # -- SecAgg (issue 16: being filled in) ---------------------------------------------------
+    # -- SecAgg (SPEC §4) ------------------------------------------------------------------------
+    # The client side (noise, rounding, the reduction mod M) draws private randomness and runs
+    # on the client's host; the GPU serves the server side: the modular sum and the lift.
+
     @staticmethod
     def discrete_gaussian(out: Array, seed: int, sigma: float) -> None:
-        raise NotImplementedError("discrete_gaussian")
+        raise ValueError(_CLIENT_SIDE.format("discrete_gaussian"))
 
     @staticmethod
     def skellam(out: Array, seed: int, variance: float) -> None:
-        raise NotImplementedError("skellam")
+        raise ValueError(_CLIENT_SIDE.format("skellam"))
 
     @staticmethod
     def conditional_round(x: Array, seed: int, attempt: int, group: int, out: Array) -> float:
-        raise NotImplementedError("conditional_round")
+        raise ValueError(_CLIENT_SIDE.format("conditional_round"))
 
     @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
-        raise NotImplementedError("mod_reduce")
+        raise ValueError(_CLIENT_SIDE.format("mod_reduce"))
 
     @staticmethod
     def mod_sum(xs: Array, bits: int, out: Array, accumulate: bool) -> None:
-        raise NotImplementedError("mod_sum")
+        m = out.size
+        n, rest = divmod(xs.size, m) if m else (0, xs.size)
+        if rest or (len(xs.shape) == 2 and xs.shape[1] != m):
+            raise ValueError(f"xs must have shape (n, {m}) to be summed into out of {m} elements, got {xs.shape}")
+        _cuda().mod_sum(xs.device, xs.stream, xs.ptr, xs.dtype, n, m, bits, out.ptr, out.dtype, bool(accumulate))
 
     @staticmethod
     def mod_lift(x: Array, bits: int, scale: float, out: Array) -> None:
-        raise NotImplementedError("mod_lift")
+        if out.size != x.size:
+            raise ValueError(f"out must have {x.size} elements like x, got {out.size}")
+        _cuda().mod_lift(x.device, x.stream, x.ptr, x.dtype, x.size, bits, scale, out.ptr, out.dtype)
 
 
 CUDA = CudaKernels()
