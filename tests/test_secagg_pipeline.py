@@ -116,7 +116,9 @@ def test_scale_keeps_k_standard_deviations_inside_the_modulus(bits):
     k_sd = pipe.stddevs_of_headroom * pipe.aggregate_stddev()
     assert k_sd <= 2.0 ** (bits - 1) * (1 + 1e-9)
     if pipe.integer_noise_stddev < secagg.MAX_INTEGER_NOISE_STDDEV * (1 - 1e-9):
-        assert k_sd >= 2.0 ** (bits - 1) * (1 - 1e-9)  # the largest such scale
+        # The largest such scale (the scale takes Var = sigma^2, which a discrete Gaussian of
+        # small sigma slightly undershoots, so the exact standard deviation may be a little less).
+        assert k_sd >= 2.0 ** (bits - 1) * 0.99
     assert pipe.wrap_probability <= 1e-6 * (1 + 1e-6)
 
 

@@ -28,12 +28,14 @@ is always the one :mod:`dprec.accounting.discrete` certifies for the ``gamma`` a
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional
 
 import numpy as np
 from scipy.special import erfcinv
 
 from .. import _arrays
+from .._validation import check_int, check_positive, check_seed
 from ..accounting import discrete as _acct
 from ..hadamard import RandomizedHadamard
 from ..sketch import CountSketch
@@ -48,21 +50,13 @@ __all__ = ["DistributedPipeline", "DDGPipeline", "SkellamPipeline", "MAX_INTEGER
 MAX_INTEGER_NOISE_STDDEV = float(2**24)
 
 
-def _positive(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+def _check_real(value: Any, name: str, upper: float = math.inf) -> float:
+    """A real number in ``[0, upper)`` (finite)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     v = float(value)
-    if not (math.isfinite(v) and v > 0.0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _count(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    v = int(value)
-    if not low <= v <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {v}")
+    if not (0.0 <= v < upper and math.isfinite(v)):
+        raise ValueError(f"{name} must be in [0, {upper}), got {value!r}")
     return v
 
 
@@ -178,18 +172,17 @@ class DistributedPipeline:
         wrap_probability: float = 1e-6,
         group: int = 0,
     ) -> None:
-        self._dim = _count(dim, "dim", 1, 1 << 34)
-        self._clip = _positive(clip, "clip")
-        self._bits = _count(bits, "bits", 2, 64)
-        self._n = _count(num_clients, "num_clients", 1, 1 << 40)
-        self._steps = _count(steps, "steps", 1, 1 << 40)
-        self._sampling_rate = _positive(sampling_rate, "sampling_rate")
+        self._dim = check_int(dim, "dim", 1, 1 << 34)
+        self._clip = check_positive(clip, "clip")
+        self._bits = check_int(bits, "bits", 2, 64)
+        self._n = check_int(num_clients, "num_clients", 1, 1 << 40)
+        check_seed(seed)
+        self._steps = check_int(steps, "steps", 1, 1 << 40)
+        self._sampling_rate = check_positive(sampling_rate, "sampling_rate")
         if self._sampling_rate > 1.0:
             raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
-        self._beta = float(beta)
-        if not 0.0 <= self._beta < 1.0:
-            raise ValueError(f"beta must be in [0, 1), got {beta!r}")
-        p = _positive(wrap_probability, "wrap_probability")
+        self._beta = _check_real(beta, "beta", upper=1.0)
+        p = check_positive(wrap_probability, "wrap_probability")
         if p >= 1.0:
             raise ValueError(f"wrap_probability must be in (0, 1), got {wrap_probability!r}")
         self._k = float(math.sqrt(2.0) * erfcinv(p))
@@ -199,14 +192,12 @@ class DistributedPipeline:
         if sketch is not None:
             if not (isinstance(sketch, (tuple, list)) and len(sketch) == 2):
                 raise TypeError(f"sketch must be a (rows, cols) pair or None, got {sketch!r}")
-            slack = float(sketch_slack)
-            if not (math.isfinite(slack) and slack >= 0.0):
-                raise ValueError(f"sketch_slack must be a finite number >= 0, got {sketch_slack!r}")
+            slack = _check_real(sketch_slack, "sketch_slack")
             self._sketch = CountSketch(self._dim, sketch[0], sketch[1], seed, group)
             message_dim = self._sketch.rows * self._sketch.cols
             self._sensitive_clip = self._clip * math.sqrt((1.0 + slack) / self._sketch.rows)
         self._rotation = RandomizedHadamard(message_dim, seed, group=group)
-        self._delta = None if delta is None else _positive(delta, "delta")
+        self._delta = None if delta is None else check_positive(delta, "delta")
         if self._delta is not None and self._delta >= 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta!r}")
 
@@ -215,10 +206,10 @@ class DistributedPipeline:
         if target_epsilon is not None:
             if self._delta is None:
                 raise ValueError("target_epsilon needs delta")
-            target = _positive(target_epsilon, "target_epsilon")
+            target = check_positive(target_epsilon, "target_epsilon")
             self._sigma, self._gamma = self._calibrate(target)
         else:
-            self._sigma = _positive(noise_stddev, "noise_stddev")
+            self._sigma = check_positive(noise_stddev, "noise_stddev")
             self._gamma = 1.0 / self._scale_for(self._sigma)
 
     # ---- parameters ----------------------------------------------------------------------
@@ -399,7 +390,7 @@ class DistributedPipeline:
 
     def epsilon(self, delta: Optional[float] = None) -> float:
         """The accounted epsilon at ``delta`` (default: the pipeline's delta)."""
-        d = self._delta if delta is None else _positive(delta, "delta")
+        d = self._delta if delta is None else check_positive(delta, "delta")
         if d is None:
             raise ValueError("epsilon needs delta (pass delta here or to the pipeline)")
         saved, self._delta = self._delta, d
@@ -492,7 +483,7 @@ class DistributedPipeline:
         Runs on the device of ``total`` (NumPy on the CPU; PyTorch CUDA or CuPy on the GPU) and
         returns a float64 array of ``dim`` elements in the same framework.
         """
-        n = self._n if num_clients is None else _count(num_clients, "num_clients", 1, 1 << 40)
+        n = self._n if num_clients is None else check_int(num_clients, "num_clients", 1, 1 << 40)
         lifted = modular.centered_lift(total, self._bits, scale=self._gamma / n, dtype=np.float64)
         v = self._rotation.inverse(lifted)
         if self._sketch is not None:
