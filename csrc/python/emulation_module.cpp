@@ -12,16 +12,19 @@ void bind_emulation_sketch(py::module_& m);
 void bind_emulation_hadamard(py::module_& m);
 void bind_emulation_runtime(py::module_& m);
 void bind_emulation_modular(py::module_& m);
+void bind_emulation_noise(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_gpu_emulation, m) {
     m.doc() =
         "The CUDA kernels' per-thread bodies (csrc/cuda/*_bodies.h) run on the host, thread by thread, with the "
         "launchers' plans and reductions: a GPU-free check of the GPU kernels, and the bit-exact reference the GPU "
-        "tests compare against. Private; for tests (not in the wheels).";
+        "tests compare against; also the test hooks of the discrete-noise samplers (128-bit arithmetic, own "
+        "float64 math). Private; for tests (not in the wheels).";
     dprec::bind::bind_emulation(m);
     dprec::bind::bind_emulation_sketch(m);
     dprec::bind::bind_emulation_hadamard(m);
     dprec::bind::bind_emulation_runtime(m);
     dprec::bind::bind_emulation_modular(m);
+    dprec::bind::bind_emulation_noise(m);
 }

@@ -10,6 +10,7 @@ void bind_rec(py::module_& m);
 void bind_hadamard(py::module_& m);
 void bind_sketch(py::module_& m);
 void bind_validation(py::module_& m);
+void bind_noise(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_hadamard(m);
     dprec::bind::bind_sketch(m);
     dprec::bind::bind_validation(m);
+    dprec::bind::bind_noise(m);
 }

@@ -10,6 +10,7 @@ _F32 = npt.NDArray[np.float32]
 _F64 = npt.NDArray[np.float64]
 _U32 = npt.NDArray[np.uint32]
 _U64 = npt.NDArray[np.uint64]
+_I64 = npt.NDArray[np.int64]
 
 NORMAL_TRANSFORM_VERSION: int
 MAX_THREADS: int
@@ -48,3 +49,8 @@ def count_sketch_encode(
 def count_sketch_decode(
     table: _Floats, seed: int, group: int, rows: int, cols: int, median: bool, median_scale: float, out: _Floats
 ) -> None: ...
+
+# -- discrete noise (secure aggregation) -----------------------------------------------------------
+
+def discrete_gaussian(seed: int, sigma: float, out: _I64) -> None: ...
+def skellam(seed: int, variance: float, out: _I64) -> None: ...

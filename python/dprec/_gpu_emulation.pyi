@@ -67,3 +67,26 @@ def mod_grid(count: int, max_blocks: int = ...) -> dict[str, int]:
 
 def device_guard_trace(current: int, has_context: bool, target: int) -> list[str]:
     """The runtime calls the device guard makes, e.g. ["set_device(1)", "clear_thread_context()"]."""
+
+# -- discrete-noise samplers: test hooks (csrc/common/discrete_noise.h, uint128.h, det_math.h) ---
+
+#: Whether the compiler has unsigned __int128 (else only the portable 128-bit type exists).
+HAVE_BUILTIN_INT128: bool
+
+def uint128_op(op: str, a: tuple[int, int], b: tuple[int, int], portable: bool) -> tuple[int, int]:
+    """``op(a, b)`` on (hi, lo) pairs with the portable or the builtin 128-bit type: add, sub, mul
+    (by b's low word), mul64 (low words, full product), shl / shr (by b's low word), div, mod,
+    lt, le, gt, ge, eq, ne, bit_length (comparisons and bit_length give (0, value))."""
+
+def det_math(op: str, x: _F64, out: _F64) -> None:
+    """The samplers' own ``log``, ``log1p``, ``exp`` or ``log_factorial`` of each element."""
+
+def noise_draws(
+    kind: str, seed: int, index: int, num: tuple[int, int], den: tuple[int, int], portable: bool, out: _U64
+) -> None:
+    """Successive draws of a primitive (uniform_below, uniform_below64, bernoulli_half,
+    bernoulli_exp, discrete_laplace with t = den) from element ``index``'s stream, as (hi, lo)
+    pairs (discrete_laplace: (negative, |y|))."""
+
+def discrete_gaussian(seed: int, sigma: float, out: _I64, portable: bool) -> None:
+    """The discrete Gaussian sampler on one thread, with the portable or the builtin 128-bit type."""

@@ -20,3 +20,13 @@ DEFAULT_BITS = 7
 
 #: Elements addressable in one stream: 2**32 blocks of four words.
 MAX_STREAM_ELEMENTS = 1 << 34
+
+#: Largest sigma of the exact discrete Gaussian sampler (dprec.secagg.sample_discrete_gaussian):
+#: sigma**2 <= 2**48 keeps every integer of the sampler within 128 bits (see dprec.reference.noise).
+MAX_DISCRETE_GAUSSIAN_SIGMA = float(1 << 24)
+#: Largest variance mu of the Skellam sampler (Poisson(mu/2) - Poisson(mu/2)): every Poisson
+#: draw stays far below 2**53, where float64 still counts exactly.
+MAX_SKELLAM_VARIANCE = float(1 << 48)
+#: Most samples of one call of the discrete-noise samplers: element i reads the Philox stream
+#: (seed, substream = i mod 2**32, group = i >> 32, domain 5).
+MAX_NOISE_SAMPLES = 1 << 40

@@ -124,11 +124,13 @@ class CpuKernels(host.HostKernels):
     # -- SecAgg (issue 16: being filled in) ---------------------------------------------------
     @staticmethod
     def discrete_gaussian(out: Array, seed: int, sigma: float) -> None:
-        raise NotImplementedError("discrete_gaussian")
+        if out.host.size:
+            _core().discrete_gaussian(seed, sigma, _flat(out))
 
     @staticmethod
     def skellam(out: Array, seed: int, variance: float) -> None:
-        raise NotImplementedError("skellam")
+        if out.host.size:
+            _core().skellam(seed, variance, _flat(out))
 
     @staticmethod
     def conditional_round(x: Array, seed: int, attempt: int, group: int, out: Array) -> float:

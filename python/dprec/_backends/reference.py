@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..reference import hadamard as _hadamard
+from ..reference import noise as _noise
 from ..reference import philox as _philox
 from ..reference import rec as _rec
 from ..reference import sketch as _sketch
@@ -100,11 +101,11 @@ class ReferenceKernels(host.HostKernels):
     # -- SecAgg (issue 16: being filled in) ---------------------------------------------------
     @staticmethod
     def discrete_gaussian(out: Array, seed: int, sigma: float) -> None:
-        raise NotImplementedError("discrete_gaussian")
+        out.host.reshape(-1)[...] = _noise.discrete_gaussian(seed, sigma, out.size)
 
     @staticmethod
     def skellam(out: Array, seed: int, variance: float) -> None:
-        raise NotImplementedError("skellam")
+        out.host.reshape(-1)[...] = _noise.skellam(seed, variance, out.size)
 
     @staticmethod
     def conditional_round(x: Array, seed: int, attempt: int, group: int, out: Array) -> float:

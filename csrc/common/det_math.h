@@ -1,0 +1,98 @@
+// Deterministic float64 log, log1p, exp and log k! for the Skellam sampler (discrete_noise.h).
+//
+// The samplers must give the same bits as the Python reference (dprec/reference/noise.py),
+// which repeats every operation below in the same order. So: only + - * /, floor, frexp and
+// ldexp (all exact or correctly rounded), fixed series with constants written as hex
+// literals, no libm transcendental, and no FMA contraction (the targets that compile this are
+// built with -ffp-contract=off or /fp:precise). Accuracy about 1 ulp (tests: below 4e-16
+// relative against math.log / math.exp over their ranges).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "macros.h"
+
+namespace dprec::detmath {
+
+constexpr double kLn2Hi = 0x1.62e42fefa4000p-1;  // 41 significant bits: e * kLn2Hi exact for |e| < 2^12
+constexpr double kLn2Lo = -0x1.8432a1b0e2634p-43;  // ln 2 - kLn2Hi, rounded
+constexpr double kInvLn2 = 0x1.71547652b82fep+0;
+constexpr double kSqrtHalf = 0x1.6a09e667f3bcdp-1;
+constexpr double kHalfLog2Pi = 0x1.d67f1c864beb5p-1;
+constexpr double kLog1pDirect = 0.25;  // log1p(d) sums the series on d itself for |d| <= 1/4
+constexpr int kStirlingFrom = 16;      // log k! by summing logs below, by the Stirling series from here on
+
+// log(1 + f) for |f| up to about 0.42: 2 atanh(s), s = f / (2 + f), as f - s (f - R) with
+// R = z (2/3 + z (2/5 + ... + z 2/21)), z = s^2 (the terms left out are below 1e-19 relative).
+DPREC_INLINE double log1p_series(double f) {
+    // 2 / (2j + 1), j = 1..10, correctly rounded (the compiler folds each quotient exactly).
+    constexpr double c[10] = {2.0 / 3.0,  2.0 / 5.0,  2.0 / 7.0,  2.0 / 9.0,  2.0 / 11.0,
+                              2.0 / 13.0, 2.0 / 15.0, 2.0 / 17.0, 2.0 / 19.0, 2.0 / 21.0};
+    const double s = f / (2.0 + f);
+    const double z = s * s;
+    double r = c[9];
+    for (int j = 8; j >= 0; --j) r = r * z + c[j];
+    r = z * r;
+    return f - s * (f - r);
+}
+
+// Natural log of a finite x > 0: x = m 2^e, m in [sqrt(1/2), sqrt(2)) (frexp, exact), then
+// log x = e ln2_hi + (e ln2_lo + log1p(m - 1)); m - 1 is exact (Sterbenz).
+DPREC_INLINE double log(double x) {
+    int e = 0;
+    double m = std::frexp(x, &e);
+    if (m < kSqrtHalf) {
+        m = m * 2.0;
+        e -= 1;
+    }
+    const double fe = static_cast<double>(e);
+    const double tail = fe * kLn2Lo + log1p_series(m - 1.0);
+    return fe * kLn2Hi + tail;
+}
+
+// log(1 + d) for d > -1, without rounding 1 + d when |d| <= 1/4 (accurate for tiny d).
+DPREC_INLINE double log1p(double d) {
+    if (-kLog1pDirect <= d && d <= kLog1pDirect) return log1p_series(d);
+    return log(1.0 + d);
+}
+
+// exp(x) for |x| <= 700: x = j ln 2 + r, |r| <= ln(2)/2, Taylor series to degree 14 (the rest
+// is below 1e-19 relative), times 2^j (ldexp, exact).
+DPREC_INLINE double exp(double x) {
+    constexpr double c[15] = {0x1.0000000000000p+0,  0x1.0000000000000p+0,  0x1.0000000000000p-1,
+                              0x1.5555555555555p-3,  0x1.5555555555555p-5,  0x1.1111111111111p-7,
+                              0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16,
+                              0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
+                              0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33, 0x1.93974a8c07c9dp-37};  // 1/j!
+    const double fj = std::floor(x * kInvLn2 + 0.5);
+    const double r = (x - fj * kLn2Hi) - fj * kLn2Lo;
+    double p = c[14];
+    for (int i = 13; i >= 0; --i) p = p * r + c[i];
+    return std::ldexp(p, static_cast<int>(fj));
+}
+
+// 1/(12x) - 1/(360x^3) + 1/(1260x^5) - 1/(1680x^7): the Stirling series of log x! after
+// (x + 1/2) log x - x + log(2 pi)/2 (the next term is below 1e-14 at x = 16).
+DPREC_INLINE double stirling_correction(double x) {
+    const double inv = 1.0 / x;
+    const double inv2 = inv * inv;
+    return inv * ((1.0 / 12.0) - inv2 * ((1.0 / 360.0) - inv2 * ((1.0 / 1260.0) - inv2 * (1.0 / 1680.0))));
+}
+
+// log j! for j < kStirlingFrom: the running sum of log(j), in order.
+struct LogFactorialTable {
+    double v[kStirlingFrom];
+    DPREC_HD LogFactorialTable() {
+        v[0] = 0.0;
+        for (int j = 1; j < kStirlingFrom; ++j) v[j] = v[j - 1] + log(static_cast<double>(j));
+    }
+};
+
+// log k! for an integer-valued 0 <= k < 2^53: the table below 16, Stirling from 16 on.
+DPREC_INLINE double log_factorial(double k, const LogFactorialTable& table) {
+    if (k < kStirlingFrom) return table.v[static_cast<int>(k)];
+    return (((k + 0.5) * log(k) - k) + kHalfLog2Pi) + stirling_correction(k);
+}
+
+}  // namespace dprec::detmath

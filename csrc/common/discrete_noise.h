@@ -1,0 +1,295 @@
+// Exact discrete Gaussian and Skellam samplers, one element at a time (SPEC §2, §4).
+//
+// The definition, word for word, is the Python reference dprec/reference/noise.py (its
+// module docstring states the algorithms); this header repeats it operation by operation so
+// that both give the same samples bit for bit. Header-only and free of libm
+// transcendentals, so any C++17 compiler (and nvcc) can build it; the CPU kernels
+// (cpu/discrete_noise.cpp) run it over chunks of elements, and the test-only module builds it
+// with the portable 128-bit integers too.
+//
+// Randomness: element i reads the Philox stream (seed, substream = i mod 2^32, group = i >> 32,
+// domain 5), blocks 0, 1, 2, ... word by word (WordReader), so a sample depends only on the
+// seed and i.
+//
+// Discrete Gaussian N_Z(0, sigma^2), Canonne-Kamath-Steinke 2020 (Algorithms 1-3), integers only.
+// sigma^2 (the exact square of the float64 sigma) is taken as N / 2^k with E = floor(log2
+// sigma^2), k = min(56, max(0, 40 - E)), N = ceil(sigma^2 2^k) >= 1 (rounded up: never less
+// noise than asked; 40 significant bits, grid 2^-56).
+// Bounds, for 0 < sigma <= 2^24 (sigma^2 <= 2^48):
+//   * N < 2^49: if E >= 40, k = 0 and N = ceil(sigma^2) <= 2^48; if -16 <= E < 40, sigma^2 2^k
+//     lies in [2^40, 2^41), so N <= 2^41; if E < -16, k = 56 and sigma^2 2^56 < 2^40.
+//   * t = isqrt(N >> k) + 1 <= sigma' + 1 (sigma'^2 = N / 2^k) and t 2^k <= 2^56: for k = 0,
+//     t <= 2^24 + 1; for E < 0 (k > 40), N >> k <= 1, so t <= 2, and t = 1 when k = 56
+//     (N <= 2^41): t 2^k <= 2^56; for
+//     0 <= E < 40, t <= 2^((E+1)/2) + 1 and 2^k = 2^(40-E), so t 2^k <= 2^41 + 2^40.
+//   * den = 2 N t^2 2^k < 2^100: for k = 0, 2 2^48 (2^24 + 1)^2 < 2^98; for t = 1,
+//     2 N 2^k <= 2 2^41 2^56 = 2^98; otherwise (0 <= E < 40) den = 2 sigma'^2 t^2 2^(2k) <=
+//     2 2^(E+1) 2^(E+3) 2^(80-2E) = 2^85. It is computed once per call, in 128 bits.
+//   * A candidate is rejected outright when |Y| t 2^k >= 2^63, i.e. |Y| >= y_limit =
+//     ceil(2^63 / (t 2^k)) >= 2^7 (and >= 2^14 sigma'); otherwise a = |Y| t 2^k - N has
+//     |a| < 2^63 and num = a^2 < 2^126. Exact sampling would accept such a candidate with
+//     probability exp(-(|Y| - sigma'^2/t)^2 / (2 sigma'^2)) < exp(-2^27) (the least exponent
+//     over every allowed sigma is 2.7e8, at sigma near 2^-7.5: |Y| = 128, sigma'^2 = 2^-15),
+//     so the output is the exact law conditioned on |Y| < y_limit: total-variation distance
+//     P(|X| >= y_limit) < exp(-2^27).
+//   * In bernoulli_exp, num / den >= 2^64 gives False outright (probability < exp(-2^64)).
+// Y = U + t V is kept in 128 bits (V, a geometric count, is far below 2^64 in practice, but
+// nothing may overflow whatever the words).
+//
+// Skellam: Poisson(mu/2) - Poisson(mu/2); Poisson by Knuth's multiplication below lam = 10, by
+// Hoermann's PTRS (1993) from 10 on, in float64 with the own log/exp of det_math.h.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "det_math.h"
+#include "macros.h"
+#include "philox.h"
+#include "uint128.h"
+
+namespace dprec::noise {
+
+// The words of one element's stream, one at a time (the block counter wraps at 2^32, after
+// 2^34 words; a sample needs a few dozen).
+struct WordReader {
+    StreamId id;
+    uint32_t block;
+    int pos;
+    Block4 buf;
+
+    DPREC_HD WordReader(uint64_t seed, uint64_t index)
+        : id{seed, static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), kDomainNoise},
+          block(0),
+          pos(4),
+          buf{} {}
+
+    DPREC_HD uint32_t next() {
+        if (pos == 4) {
+            buf = philox_block(id, block);
+            ++block;
+            pos = 0;
+        }
+        return buf.w[pos++];
+    }
+};
+
+// ---- integer primitives ----------------------------------------------------------------------
+
+// Mask of the top word of an nbits-bit draw made of nwords words.
+DPREC_INLINE uint32_t top_word_mask(int nbits, int nwords) {
+    const int top = nbits - 32 * (nwords - 1);
+    return top == 32 ? 0xffffffffu : ((uint32_t(1) << top) - 1u);
+}
+
+// Uniform in [0, bound), 1 <= bound < 2^64: ceil(nbits / 32) words, most significant first.
+DPREC_INLINE uint64_t uniform_below(WordReader& r, uint64_t bound) {
+    const int nbits = bit_length64(bound - 1);
+    if (nbits == 0) return 0;
+    const int nwords = (nbits + 31) / 32;
+    const uint32_t mask = top_word_mask(nbits, nwords);
+    for (;;) {
+        uint64_t v = r.next() & mask;
+        if (nwords == 2) v = (v << 32) | r.next();
+        if (v < bound) return v;
+    }
+}
+
+// The same for 1 <= bound < 2^128 (it consumes words exactly as the 64-bit one does when the
+// bound fits 64 bits).
+template <class U>
+DPREC_INLINE U uniform_below(WordReader& r, U bound) {
+    const int nbits = bit_length(bound - U::make(0, 1));
+    if (nbits == 0) return U::make(0, 0);
+    const int nwords = (nbits + 31) / 32;
+    const uint32_t mask = top_word_mask(nbits, nwords);
+    for (;;) {
+        U v = U::make(0, r.next() & mask);
+        for (int j = 1; j < nwords; ++j) v = (v << 32) + U::make(0, r.next());
+        if (v < bound) return v;
+    }
+}
+
+DPREC_INLINE bool bernoulli_half(WordReader& r) { return (r.next() >> 31) != 0; }
+
+// Bernoulli(exp(-num/den)) for num <= den (CKS Algorithm 1): K = 1; while Bernoulli(1/K) and
+// Bernoulli(num/den) (the second drawn only when the first holds): K += 1; return K odd.
+// P(K odd) = sum_j (-num/den)^j / j!.
+DPREC_INLINE bool bernoulli_exp_le1(WordReader& r, uint64_t num, uint64_t den) {
+    uint64_t k = 1;
+    while (uniform_below(r, k) == 0 && uniform_below(r, den) < num) ++k;
+    return (k & 1u) != 0;
+}
+
+template <class U>
+DPREC_INLINE bool bernoulli_exp_le1(WordReader& r, U num, U den) {
+    uint64_t k = 1;
+    while (uniform_below(r, k) == 0 && uniform_below(r, den) < num) ++k;
+    return (k & 1u) != 0;
+}
+
+// Bernoulli(exp(-num/den)) for any num >= 0, den >= 1: q = num / den rounds of exp(-1), then
+// exp(-(num mod den)/den); False outright when q >= 2^64 (probability < exp(-2^64)).
+template <class U>
+DPREC_INLINE bool bernoulli_exp(WordReader& r, U num, U den) {
+    if (num <= den) return bernoulli_exp_le1(r, num, den);
+    U q, rem;
+    divmod(num, den, &q, &rem);
+    if (q.hi() != 0) return false;
+    for (uint64_t i = 0; i < q.lo(); ++i)
+        if (!bernoulli_exp_le1(r, uint64_t(1), uint64_t(1))) return false;
+    return bernoulli_exp_le1(r, rem, den);
+}
+
+// ---- discrete Gaussian -------------------------------------------------------------------------
+
+template <class U>
+struct GaussianParams {
+    uint64_t n;        // sigma'^2 = n / 2^k
+    int k;
+    uint64_t t;        // discrete Laplace scale, floor(sigma') + 1
+    uint64_t tk;       // t 2^k <= 2^56
+    uint64_t y_limit;  // candidates with |Y| >= y_limit (|Y| t 2^k >= 2^63) are rejected
+    U den;             // 2 n t^2 2^k < 2^100
+};
+
+DPREC_INLINE uint64_t isqrt64(uint64_t x) {  // floor(sqrt(x)) for x < 2^52
+    uint64_t s = static_cast<uint64_t>(std::sqrt(static_cast<double>(x)));
+    while (s * s > x) --s;
+    while ((s + 1) * (s + 1) <= x) ++s;
+    return s;
+}
+
+// The grid and constants for 0 < sigma <= 2^24 (validated by the caller). sigma = M 2^(e-53)
+// exactly (frexp), so sigma^2 = M^2 2^(2e-106) with M^2 < 2^106 exact in 128 bits.
+template <class U>
+DPREC_INLINE GaussianParams<U> gaussian_params(double sigma) {
+    GaussianParams<U> p{};
+    int e = 0;
+    const double mant = std::frexp(sigma, &e);
+    const uint64_t m = static_cast<uint64_t>(std::ldexp(mant, 53));  // exact: 2^52 <= m < 2^53
+    const U sq = U::mul64(m, m);
+    const int floor_log2 = bit_length(sq) - 1 + 2 * e - 106;  // floor(log2 sigma^2)
+    p.k = floor_log2 >= 40 ? 0 : (40 - floor_log2 > 56 ? 56 : 40 - floor_log2);
+    // n = ceil(sigma^2 2^k) = ceil(sq / 2^sh); sh >= 56 for every sigma <= 2^24.
+    const int sh = 106 - 2 * e - p.k;
+    if (sh >= 128) {
+        p.n = 1;  // 0 < sigma^2 2^k < 1
+    } else {
+        const U q = sq >> sh;
+        p.n = q.lo() + ((q << sh) == sq ? 0u : 1u);  // < 2^49
+    }
+    p.t = isqrt64(p.n >> p.k) + 1;
+    p.tk = p.t << p.k;
+    p.y_limit = ((uint64_t(1) << 63) + p.tk - 1) / p.tk;  // no overflow: tk <= 2^56
+    p.den = U::mul64(p.n, p.tk) * p.t * 2u;
+    return p;
+}
+
+// Discrete Laplace of scale t (CKS Algorithm 2 with s = 1): |Y| into *mag, the sign into *neg.
+template <class U>
+DPREC_INLINE void discrete_laplace(WordReader& r, uint64_t t, U* mag, bool* neg) {
+    for (;;) {
+        const uint64_t u = uniform_below(r, t);
+        if (!bernoulli_exp_le1(r, u, t)) continue;  // u < t
+        uint64_t v = 0;
+        while (bernoulli_exp_le1(r, uint64_t(1), uint64_t(1))) ++v;
+        const U y = U::mul64(t, v) + U::make(0, u);
+        const bool b = bernoulli_half(r);
+        if (b && y == U::make(0, 0)) continue;
+        *mag = y;
+        *neg = b;
+        return;
+    }
+}
+
+// One N_Z(0, n / 2^k) sample (CKS Algorithm 3).
+template <class U>
+DPREC_INLINE int64_t discrete_gaussian(WordReader& r, const GaussianParams<U>& p) {
+    for (;;) {
+        U y;
+        bool neg;
+        discrete_laplace(r, p.t, &y, &neg);
+        if (!(y < U::make(0, p.y_limit))) continue;  // |Y| t 2^k >= 2^63: rejected outright
+        const uint64_t m = y.lo() * p.tk;            // < 2^63
+        const uint64_t a = m >= p.n ? m - p.n : p.n - m;
+        if (bernoulli_exp(r, U::mul64(a, a), p.den)) {
+            const int64_t s = static_cast<int64_t>(y.lo());
+            return neg ? -s : s;
+        }
+    }
+}
+
+// ---- Skellam -----------------------------------------------------------------------------------
+
+// ((w0 >> 6) 2^26 + (w1 >> 6) + 1/2) 2^-52: 52 random bits, exact, in (0, 1).
+DPREC_INLINE double uniform01(WordReader& r) {
+    const uint32_t w0 = r.next();
+    const uint32_t w1 = r.next();
+    const double m = static_cast<double>(w0 >> 6) * 0x1p26 + static_cast<double>(w1 >> 6);
+    return (m + 0.5) * 0x1p-52;
+}
+
+struct PoissonParams {
+    double lam;
+    bool small;            // lam < 10: Knuth
+    double exp_neg_lam;    // Knuth's threshold
+    double log_lam, a, b, log_inv_alpha, v_r;  // PTRS (Hoermann 1993)
+    detmath::LogFactorialTable log_fact;
+
+    DPREC_HD explicit PoissonParams(double lambda)
+        : lam(lambda), small(lambda < 10.0), exp_neg_lam(0.0), log_lam(0.0), a(0.0), b(0.0), log_inv_alpha(0.0),
+          v_r(0.0), log_fact() {
+        if (small) {
+            exp_neg_lam = detmath::exp(-lam);
+            return;
+        }
+        log_lam = detmath::log(lam);
+        b = 0.931 + 2.53 * std::sqrt(lam);
+        a = -0.059 + 0.02483 * b;
+        log_inv_alpha = detmath::log(1.1239 + 1.1328 / (b - 3.4));
+        v_r = 0.9277 - 3.6224 / (b - 2.0);
+    }
+};
+
+// -lam + k log lam - log k!, for k >= 16 as (k - lam) - k log1p((k - lam)/lam) - (log(k)/2 +
+// log(2 pi)/2 + stirling(k)): the same quantity without the cancellation of terms near k log k
+// (absolute error below 1e-8 at lam = 2^47, where the textbook form is off by about 1).
+DPREC_INLINE double log_pmf_bound(const PoissonParams& p, double k) {
+    if (k < detmath::kStirlingFrom) return (-p.lam + k * p.log_lam) - p.log_fact.v[static_cast<int>(k)];
+    const double delta = k - p.lam;  // exact when lam/2 <= k <= 2 lam (Sterbenz)
+    const double main = delta - k * detmath::log1p(delta / p.lam);
+    const double rest = (0.5 * detmath::log(k) + detmath::kHalfLog2Pi) + detmath::stirling_correction(k);
+    return main - rest;
+}
+
+// One Poisson(lam) draw as a float64 integer (< 2^53).
+DPREC_INLINE double poisson(WordReader& r, const PoissonParams& p) {
+    if (p.small) {
+        double k = 0.0;
+        double prod = 1.0;
+        for (;;) {
+            prod = prod * uniform01(r);
+            if (prod <= p.exp_neg_lam) return k;
+            k += 1.0;
+        }
+    }
+    for (;;) {
+        const double u = uniform01(r) - 0.5;
+        const double v = uniform01(r);
+        const double us = 0.5 - std::fabs(u);
+        const double k = std::floor(((((2.0 * p.a) / us + p.b) * u) + p.lam) + 0.43);
+        if (us >= 0.07 && v <= p.v_r) return k;
+        if (k < 0.0 || k >= 0x1p53 || (us < 0.013 && v > us)) continue;
+        const double lhs = (detmath::log(v) + p.log_inv_alpha) - detmath::log(p.a / (us * us) + p.b);
+        if (lhs <= log_pmf_bound(p, k)) return k;
+    }
+}
+
+DPREC_INLINE int64_t skellam(WordReader& r, const PoissonParams& p) {
+    const double first = poisson(r, p);
+    const double second = poisson(r, p);
+    return static_cast<int64_t>(first) - static_cast<int64_t>(second);
+}
+
+}  // namespace dprec::noise
