@@ -67,7 +67,11 @@ def test_reference_backend_never_imports_a_compiled_module():
     assert not bad, sorted(bad)
 
 
-@pytest.mark.parametrize("name", ["rec", "philox", "hadamard", "sketch", "codec", "message"])
+@pytest.mark.parametrize(
+    "name",
+    ["rec", "philox", "hadamard", "sketch", "codec", "message",
+     "secagg/__init__", "secagg/noise", "secagg/rounding", "secagg/modular", "secagg/pipeline"],
+)
 def test_public_modules_reach_kernels_only_through_dispatch(name):
     bad = _imports(PACKAGE / f"{name}.py") & (NATIVE | {"dprec._backends"})
     assert not bad, f"dprec.{name} imports {sorted(bad)}"
