@@ -9,6 +9,7 @@ void bind_philox(py::module_& m);
 void bind_rec(py::module_& m);
 void bind_hadamard(py::module_& m);
 void bind_sketch(py::module_& m);
+void bind_secagg(py::module_& m);
 void bind_validation(py::module_& m);
 void bind_noise(py::module_& m);
 }  // namespace dprec::bind
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_rec(m);
     dprec::bind::bind_hadamard(m);
     dprec::bind::bind_sketch(m);
+    dprec::bind::bind_secagg(m);
     dprec::bind::bind_validation(m);
     dprec::bind::bind_noise(m);
 }

@@ -64,6 +64,12 @@ def check_bits(bits: Any, name: str = "bits") -> int:
     return check_int(bits, name, MIN_BITS, MAX_BITS)
 
 
+def check_modulus_bits(bits: Any, name: str = "bits") -> int:
+    """Bits of a secure-aggregation modulus ``M = 2**bits``: an integer in [1, 64] (values mod
+    ``M`` are stored as uint32 or uint64). Not :func:`check_bits`, which is DP-REC's 1..24 rule."""
+    return check_int(bits, name, 1, 64)
+
+
 def check_positive(value: Any, name: str) -> float:
     """A finite real number > 0."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):

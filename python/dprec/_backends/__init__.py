@@ -114,13 +114,17 @@ class Kernels(Protocol):
 
     def conditional_round(self, x: Array, seed: int, attempt: int, group: int, out: Array) -> float:
         """One randomized rounding of float64 ``x`` into int64 ``out`` with the uniforms of
-        ``(seed, substream=attempt, group, domain=4)``; returns ``sum out**2`` (float64)."""
+        ``(seed, substream=attempt, group, domain=4)``, words ``2j, 2j+1`` for element ``j``
+        (the rule: :mod:`dprec.reference.rounding`); returns ``sum out**2`` (float64, in a fixed
+        order). ``x`` is finite with ``|x| < 2**62`` (checked by the caller)."""
 
     def mod_reduce(self, x: Array, bits: int, out: Array) -> None:
         """``out <- x mod 2**bits`` for int64 ``x``; ``out`` uint32 (bits <= 32) or uint64."""
 
     def mod_sum(self, xs: Array, bits: int, out: Array, accumulate: bool) -> None:
-        """``out <- (out if accumulate else 0) + sum of the rows of xs (n, m)`` mod ``2**bits``."""
+        """``out <- (out if accumulate else 0) + sum of the rows of xs (n, m)`` mod ``2**bits``.
+        The host backends check, in the same pass, that every value of ``xs`` is below
+        ``2**bits`` (ValueError naming ``xs``, ``out`` unchanged); the GPU does not."""
 
     def mod_lift(self, x: Array, bits: int, scale: float, out: Array) -> None:
         """The centered lift of ``x`` (uint mod ``2**bits``) to ``[-2**(bits-1), 2**(bits-1))``

@@ -134,19 +134,20 @@ class CpuKernels(host.HostKernels):
 
     @staticmethod
     def conditional_round(x: Array, seed: int, attempt: int, group: int, out: Array) -> float:
-        raise NotImplementedError("conditional_round")
+        return float(_core().randomized_round(_flat(x), seed, attempt, group, _flat(out)))
 
     @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
-        raise NotImplementedError("mod_reduce")
+        _core().mod_reduce(_flat(x), bits, _flat(out))
 
     @staticmethod
     def mod_sum(xs: Array, bits: int, out: Array, accumulate: bool) -> None:
-        raise NotImplementedError("mod_sum")
+        rows, cols = xs.shape
+        _core().mod_sum(_flat(xs), rows, cols, bits, bool(accumulate), _flat(out))
 
     @staticmethod
     def mod_lift(x: Array, bits: int, scale: float, out: Array) -> None:
-        raise NotImplementedError("mod_lift")
+        _core().mod_lift(_flat(x), bits, scale, _flat(out))
 
 
 CPU = CpuKernels()

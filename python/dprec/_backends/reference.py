@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..reference import hadamard as _hadamard
+from ..reference import modular as _modular
 from ..reference import noise as _noise
 from ..reference import philox as _philox
 from ..reference import rec as _rec
+from ..reference import rounding as _rounding
 from ..reference import sketch as _sketch
 from . import host
 
@@ -109,19 +111,27 @@ class ReferenceKernels(host.HostKernels):
 
     @staticmethod
     def conditional_round(x: Array, seed: int, attempt: int, group: int, out: Array) -> float:
-        raise NotImplementedError("conditional_round")
+        values, sum_sq = _rounding.randomized_round(x.host, seed, attempt, group)
+        out.host[...] = values.reshape(out.host.shape)
+        return sum_sq
 
     @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
-        raise NotImplementedError("mod_reduce")
+        out.host[...] = _modular.mod_reduce(x.host, bits).reshape(out.host.shape)
 
     @staticmethod
     def mod_sum(xs: Array, bits: int, out: Array, accumulate: bool) -> None:
-        raise NotImplementedError("mod_sum")
+        values = xs.host.reshape(xs.shape)
+        if bits not in (32, 64) and int(values.max()) >> bits:  # as the CPU kernel checks (out unchanged)
+            raise ValueError(f"xs has values >= 2**bits = 2**{bits}; they are not values mod 2**bits (out is unchanged)")
+        total = _modular.mod_sum(values, bits, out.host.reshape(-1) if accumulate else None)
+        out.host[...] = total.reshape(out.host.shape)
 
     @staticmethod
     def mod_lift(x: Array, bits: int, scale: float, out: Array) -> None:
-        raise NotImplementedError("mod_lift")
+        dtype = out.host.dtype
+        lifted = _modular.mod_lift(x.host, bits, None if dtype == np.int64 else scale, dtype)
+        out.host[...] = lifted.reshape(out.host.shape)
 
 
 REFERENCE = ReferenceKernels()
