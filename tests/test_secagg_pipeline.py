@@ -146,6 +146,16 @@ def test_calibration_hits_the_target_with_the_gamma_used(cls):
     assert pipe.stddevs_of_headroom * pipe.aggregate_stddev() == pytest.approx(2.0**15, rel=1e-6)
 
 
+@pytest.mark.parametrize("cls", [secagg.DDGPipeline, secagg.SkellamPipeline], ids=["ddg", "skellam"])
+def test_privacy_event_composes_to_the_same_epsilon(cls):
+    from dprec.accounting import Accountant, DISCRETE_DEFAULT_ORDERS
+
+    pipe = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20,
+               sampling_rate=0.2)
+    acc = Accountant(orders=DISCRETE_DEFAULT_ORDERS).compose(pipe.privacy_event(), count=20)
+    assert acc.get_epsilon(1e-6, method="mironov") == pytest.approx(pipe.epsilon(), rel=1e-9)
+
+
 def test_more_bits_mean_less_error():
     errs = []
     for bits in (12, 16, 24):
@@ -223,3 +233,19 @@ def test_bad_client_input():
         pipe.encode(np.zeros(100, dtype=np.int64))
     with pytest.raises(TypeError, match="rng"):
         pipe.encode(np.zeros(100), rng=3)
+
+
+def test_building_blocks_need_no_scipy():
+    """The samplers, rounding and modular arithmetic import without SciPy; the pipelines need it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['scipy'] = None\n"
+        "import numpy as np, dprec.secagg as s\n"
+        "x = s.sample_discrete_gaussian(10, 2.0, rng=np.random.default_rng(0))\n"
+        "print(s.modular_reduce(x, 8).dtype)\n"
+        "try:\n    s.DDGPipeline\nexcept ImportError:\n    print('pipelines need scipy')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["uint32", "pipelines", "need", "scipy"]

@@ -399,6 +399,26 @@ class DistributedPipeline:
         finally:
             self._delta = saved
 
+    def privacy_event(self) -> Any:
+        """One round of this pipeline as an event of :class:`dprec.accounting.Accountant`.
+
+        A :class:`~dprec.accounting.DDGEvent` or :class:`~dprec.accounting.SkellamEvent` with the
+        pipeline's sensitivity after rounding, noise, clients, padded dimension, granularity and
+        sampling rate; ``Accountant().compose(pipe.privacy_event(), count=rounds)`` composes it
+        with anything else a training run spends.
+        """
+        from ..accounting import accountant  # noqa: PLC0415
+
+        event = accountant.DDGEvent if self.mechanism == "ddg" else accountant.SkellamEvent
+        return event(
+            l2_sensitivity=self.l2_sensitivity,
+            noise_stddev=self._sigma,
+            num_clients=self._n,
+            dim=self.padded_dim,
+            granularity=self._gamma,
+            sampling_rate=self._sampling_rate,
+        )
+
     def concentrated_epsilon(self) -> float:
         """Theorem E.1's epsilon of one round without sampling (the ``eps`` of ``(1/2) eps^2``-zCDP)."""
         return _acct.ddg_concentrated_epsilon(self.l2_sensitivity, self._sigma, self._n, self.padded_dim, self._gamma)
