@@ -148,7 +148,7 @@ def test_calibration_hits_the_target_with_the_gamma_used(cls):
 
 @pytest.mark.parametrize("cls", [secagg.DDGPipeline, secagg.SkellamPipeline], ids=["ddg", "skellam"])
 def test_privacy_event_composes_to_the_same_epsilon(cls):
-    from dprec.accounting import Accountant, DISCRETE_DEFAULT_ORDERS
+    from dprec.accounting import DISCRETE_DEFAULT_ORDERS, Accountant
 
     pipe = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20,
                sampling_rate=0.2)

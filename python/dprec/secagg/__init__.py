@@ -18,6 +18,7 @@ unsketch. They are imported on first use, so the building blocks work without Sc
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .modular import ModularAccumulator, centered_lift, modular_reduce, modular_sum, storage_dtype
@@ -54,7 +55,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The pipelines calibrate through dprec.accounting (SciPy): import them on first use only.
     if name in _PIPELINE_NAMES or name == "pipeline":
-        from . import pipeline  # noqa: PLC0415
-
+        # import_module, not "from . import pipeline": the latter asks this __getattr__ first.
+        pipeline = importlib.import_module(f"{__name__}.pipeline")
         return pipeline if name == "pipeline" else getattr(pipeline, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
