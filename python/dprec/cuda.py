@@ -177,6 +177,17 @@ class DeviceArray:
             "stream": self.stream if self.stream else 1,
         }
 
+    def reshape(self, *shape: Any) -> "DeviceArray":
+        """The same memory with another shape of the same size (a view, no copy), as NumPy's ``reshape``."""
+        dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
+        new = tuple(int(s) for s in dims)
+        if math.prod(new) != self.size or any(s < 0 for s in new):
+            raise ValueError(f"cannot reshape a DeviceArray of {self.size} elements into shape {new}")
+        view = object.__new__(DeviceArray)
+        view.__dict__.update(self.__dict__)  # the same buffer (kept alive by the view), device, stream
+        view.shape = new
+        return view
+
     def get(self) -> np.ndarray:
         """A NumPy copy (waits for the producing stream)."""
         out = np.empty(self.shape, dtype=self.dtype)
