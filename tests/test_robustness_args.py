@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprec import DPRECCodec, codec, hadamard, philox, rec, sketch
+from dprec import DPRECCodec, codec, hadamard, philox, rec, secagg, sketch
 
 BAD = [("float", 16.9), ("integral_float", 16.0), ("bool", True), ("str", "16")]
 
@@ -59,6 +59,39 @@ CASES = [
     ("codec.DPRECMessage", "seed", lambda v: _message(seed=v)),
     ("codec.DPRECMessage", "bits[0]", lambda v: _message(bits=(v,))),
     ("codec.DPRECMessage", "indices[0]", lambda v: _message(indices=(v,))),
+]
+
+_INTS = np.arange(-3, 5, dtype=np.int64)
+_F64 = np.linspace(-2.0, 2.0, 16)
+_U32S = np.zeros((2, 16), np.uint32)
+
+
+def _pipeline(**kw):
+    args = dict(dim=16, clip=1.0, bits=16, num_clients=4, seed=1, noise_stddev=0.5)
+    args.update(kw)
+    return secagg.DDGPipeline(**args)
+
+
+CASES += [
+    ("secagg.sample_discrete_gaussian", "n", lambda v: secagg.sample_discrete_gaussian(v, 1.0)),
+    ("secagg.sample_skellam", "n", lambda v: secagg.sample_skellam(v, 1.0)),
+    ("secagg.conditional_round", "max_attempts", lambda v: secagg.conditional_round(_F64, 10.0, max_attempts=v)),
+    ("secagg.conditional_round", "group", lambda v: secagg.conditional_round(_F64, 10.0, group=v)),
+    ("secagg.randomized_round", "group", lambda v: secagg.randomized_round(_F64, group=v)),
+    ("secagg.modular_reduce", "bits", lambda v: secagg.modular_reduce(_INTS, v)),
+    ("secagg.modular_sum", "bits", lambda v: secagg.modular_sum(_U32S, v)),
+    ("secagg.centered_lift", "bits", lambda v: secagg.centered_lift(_U32S[0], v)),
+    ("secagg.ModularAccumulator", "m", lambda v: secagg.ModularAccumulator(v, 16)),
+    ("secagg.ModularAccumulator", "bits", lambda v: secagg.ModularAccumulator(16, v)),
+    ("secagg.DDGPipeline", "dim", lambda v: _pipeline(dim=v)),
+    ("secagg.DDGPipeline", "bits", lambda v: _pipeline(bits=v)),
+    ("secagg.DDGPipeline", "num_clients", lambda v: _pipeline(num_clients=v)),
+    ("secagg.DDGPipeline", "seed", lambda v: _pipeline(seed=v)),
+    ("secagg.DDGPipeline", "steps", lambda v: _pipeline(steps=v)),
+    ("secagg.DDGPipeline", "group", lambda v: _pipeline(group=v)),
+    ("secagg.DDGPipeline", "rows", lambda v: _pipeline(sketch=(v, 8))),
+    ("secagg.DDGPipeline", "cols", lambda v: _pipeline(sketch=(3, v))),
+    ("secagg.DDGPipeline.decode", "num_clients", lambda v: _pipeline().decode(np.zeros(16, np.uint32), num_clients=v)),
 ]
 
 # The three Philox stream functions share their integer parameters.
