@@ -21,7 +21,7 @@ README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"```python\n(.*?)```", flags=re.S)
 _CLAIM = re.compile(r"#\s*prints:\s*(.+?)\s*$", flags=re.M)
 # Top-level modules a block may import that are optional for dprec.
-_OPTIONAL = {"torch": "torch", "flwr": "flwr", "scipy": "scipy", "dprec.accounting": "scipy", "dprec.flower": "flwr"}
+_OPTIONAL = {"torch": "torch", "flwr": "flwr", "scipy": "scipy", "dprec.accounting": "scipy", "dprec.flower": "flwr", "dprec.secagg": "scipy"}
 
 
 def _blocks() -> list[str]:

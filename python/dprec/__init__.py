@@ -16,6 +16,9 @@ dprec.hadamard
     Fast Walsh-Hadamard transform and the randomized Hadamard rotation.
 dprec.sketch
     :class:`CountSketch`, the linear count-sketch of secure-aggregation compression.
+dprec.secagg
+    Secure aggregation with distributed DP: exact discrete Gaussian and Skellam samplers,
+    conditional rounding, arithmetic mod 2**bits (CPU and CUDA), the DDG and Skellam pipelines.
 dprec.philox
     The shared Philox4x32-10 stream and its normal transform (the randomness contract).
 dprec.cuda
