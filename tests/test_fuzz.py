@@ -1,5 +1,5 @@
 """Property / fuzz tests (hypothesis): byte messages, decode/aggregate of fuzzed messages,
-and random arguments to every public function of rec, philox, hadamard, sketch and
+and random arguments to every public function of rec, philox, hadamard, sketch, secagg and
 DPRECCodec.
 
 Every call must either succeed or raise TypeError / ValueError; any other exception
@@ -432,9 +432,45 @@ def fuzz_codec(data: Any) -> None:
         _check_decoded(_call("DPRECCodec.decode", codec.decode, msg, update), update)
 
 
+def fuzz_secagg(data: Any) -> None:
+    from dprec import secagg
+
+    d = data.draw
+    small_n = st.one_of(st.integers(-3, 64), _junk())  # never a size whose allocation alone fails
+    bits = _maybe(16, st.one_of(st.sampled_from([0, 1, 31, 32, 33, 64, 65, -1]), _junk()))
+    fn = d(st.sampled_from(["noise", "round", "reduce", "sum", "lift", "pipeline"]))
+    if fn == "noise":
+        f = d(st.sampled_from([secagg.sample_discrete_gaussian, secagg.sample_skellam]))
+        _call(f"secagg.{f.__name__}", f, d(_maybe(8, small_n)), d(_maybe(2.0, _junk())), rng=d(_rng_arg()),
+              backend=d(_backend_arg()))
+    elif fn == "round":
+        _call("secagg.conditional_round", secagg.conditional_round, d(_maybe(np.linspace(-3, 3, 8), _junk())),
+              d(_maybe(10.0, _junk())), rng=d(_rng_arg()), max_attempts=d(_maybe(10, small_n)),
+              group=d(_maybe(0, _junk())), backend=d(_backend_arg()))
+    elif fn == "reduce":
+        _call("secagg.modular_reduce", secagg.modular_reduce, d(_maybe(np.arange(-4, 4), _junk())), d(bits),
+              backend=d(_backend_arg()))
+    elif fn == "sum":
+        _call("secagg.modular_sum", secagg.modular_sum, d(_maybe(np.ones((3, 8), np.uint32), _junk())), d(bits),
+              out=d(_maybe(None, _junk())), backend=d(_backend_arg()))
+    elif fn == "lift":
+        _call("secagg.centered_lift", secagg.centered_lift, d(_maybe(np.arange(8, dtype=np.uint32), _junk())),
+              d(bits), scale=d(_maybe(None, _junk())), dtype=d(_maybe(None, _junk())), backend=d(_backend_arg()))
+    else:
+        cls = d(st.sampled_from([secagg.DDGPipeline, secagg.SkellamPipeline]))
+        pipe = _call(f"secagg.{cls.__name__}", cls, d(_maybe(10, small_n)), clip=d(_maybe(1.0, _junk())),
+                     bits=d(bits), num_clients=d(_maybe(4, small_n)), seed=d(_maybe(1, _ints())),
+                     noise_stddev=d(_maybe(0.5, _junk())), sketch=d(_maybe(None, _junk())))
+        if pipe is None:
+            pipe = cls(10, clip=1.0, bits=16, num_clients=4, seed=1, noise_stddev=0.5)
+        msg = _call("pipeline.encode", pipe.encode, d(_maybe(np.ones(10, np.float32), _junk())), rng=d(_rng_arg()))
+        total = _call("pipeline.aggregate", pipe.aggregate, d(_maybe([msg] if msg is not None else None, _junk())))
+        _call("pipeline.decode", pipe.decode, d(_maybe(total, _junk())), num_clients=d(_maybe(None, small_n)))
+
+
 TARGETS = {f.__name__[len("fuzz_"):]: f for f in [
     fuzz_message_random_bytes, fuzz_message_mutations, fuzz_message_fields, fuzz_decode_aggregate,
-    fuzz_rec, fuzz_philox, fuzz_hadamard, fuzz_sketch, fuzz_codec,
+    fuzz_rec, fuzz_philox, fuzz_hadamard, fuzz_sketch, fuzz_codec, fuzz_secagg,
 ]}
 
 
