@@ -4,7 +4,7 @@
   samples bit for bit, for any thread count;
 * the laws: chi-square goodness of fit against the exact pmf (fixed seeds, 2e5 samples, p >
   1e-4), tails, symmetry and variance within 5 standard errors;
-* the primitives: uniform_below / bernoulli_exp frequencies and word consumption, the own
+* the primitives: uniform_below / bernoulli / bernoulli_exp frequencies and bit consumption, the own
   log / exp / log k! against math and mpmath, 128-bit arithmetic (builtin and portable)
   against Python ints;
 * bad input.
@@ -226,44 +226,69 @@ def test_grid_rounds_sigma_squared_up():
 
 # -- primitives -------------------------------------------------------------------------------------
 
-class _Counting:
-    """A WordReader that counts the words taken."""
-
-    def __init__(self, seed: int, index: int = 0) -> None:
-        self.inner, self.taken = ref.WordReader(seed, index), 0
-
-    def next(self) -> int:
-        self.taken += 1
-        return self.inner.next()
-
-
-class _Fixed:
-    def __init__(self, words: list[int]) -> None:
-        self.words = list(words)
-
-    def next(self) -> int:
-        return self.words.pop(0)
+def test_bit_reader_reads_words_most_significant_bit_first():
+    r = ref.BitReader.from_words([0x80000001, 0xF0000000, 0x12345678])
+    assert r.take(1) == 1 and r.take(30) == 0 and r.take(1) == 1  # word 0: its top bit first
+    assert r.take(4) == 0xF and r.take(28) == 0  # word 1
+    assert r.take(0) == 0 and r.take(32) == 0x12345678 and r.taken == 96
+    # Pieces that straddle words read the same bits as one piece.
+    a, b = ref.BitReader(SEED, 9), ref.BitReader(SEED, 9)
+    assert (a.take(20) << 100) | (a.take(37) << 63) | a.take(63) == b.take(120)
+    # The bits are the stream's words concatenated.
+    words = ref.WordReader(SEED, 9)
+    assert ref.BitReader(SEED, 9).take(32 * 6) == int("".join(f"{words.next():032b}" for _ in range(6)), 2)
 
 
-def test_uniform_below_word_consumption():
-    for bound, words in [(1, 0), (2, 1), (1 << 32, 1), ((1 << 32) + 1, 2), (1 << 64, 2), ((1 << 64) + 1, 3),
-                         ((1 << 127) + 5, 4)]:
-        r = _Counting(11)
+def test_uniform_below_bit_consumption():
+    for bound, nbits in [(1, 0), (2, 1), (3, 2), (1000, 10), (1 << 32, 32), ((1 << 32) + 1, 33), (1 << 64, 64),
+                         ((1 << 64) + 1, 65), ((1 << 127) + 5, 128)]:
+        r = ref.BitReader(11, 0)
         ref.uniform_below(r, bound)
-        if words == 0:
+        if nbits == 0:
             assert r.taken == 0
-        else:  # one round or more (rejections), each of `words` words
-            assert r.taken % words == 0 and r.taken >= words, (bound, r.taken)
-    # Most significant word first, the top word masked: bound 2**33 + 1 needs 34 bits.
-    assert ref.uniform_below(_Fixed([0xFFFFFFFD, 7]), (1 << 33) + 1) == (1 << 32) | 7
-    # Rejection: 5 (3 bits) takes words until the masked value is below 5.
-    assert ref.uniform_below(_Fixed([7, 6, 5, 4]), 5) == 4
-    assert ref.bernoulli_half(_Fixed([1 << 31])) and not ref.bernoulli_half(_Fixed([(1 << 31) - 1]))
+        else:  # one try or more (rejections), each of nbits bits
+            assert r.taken % nbits == 0 and r.taken >= nbits, (bound, r.taken)
+    # bound 5 takes 3 bits per try: 0b111 and 0b110 and 0b101 are rejected, then 0b100 = 4.
+    assert ref.uniform_below(ref.BitReader.from_words([0b111_110_101_100 << 20]), 5) == 4
+    # bound 2**33 + 1 takes 34 bits: word 0 then the top 2 bits of word 1.
+    assert ref.uniform_below(ref.BitReader.from_words([0x80000000, 0x3FFFFFFF]), (1 << 33) + 1) == 1 << 33
+    assert ref.bernoulli_half(ref.BitReader.from_words([1 << 31]))
+    assert not ref.bernoulli_half(ref.BitReader.from_words([(1 << 31) - 1]))
+
+
+def test_bernoulli_lazy_comparison():
+    # num = 0 and num = den read nothing.
+    for num, den in [(0, 1), (0, 1 << 100), (1, 1), (7, 7)]:
+        r = ref.BitReader(3, 0)
+        assert ref.bernoulli(r, num, den) == (num > 0) and r.taken == 0
+    # 1/3 = 0.0101...: a 16-bit piece b decides b < 0x5555 (True) or b >= 0x5556 (False); b =
+    # 0x5555 leaves U 2**16 - b against 2**16/3 - 0x5555 = 1/3 again, so the next piece decides.
+    assert ref.bernoulli(ref.BitReader.from_words([0x5554FFFF]), 1, 3)
+    assert not ref.bernoulli(ref.BitReader.from_words([0x55560000]), 1, 3)
+    r = ref.BitReader.from_words([0x55555554])
+    assert ref.bernoulli(r, 1, 3) and r.taken == 32
+    r = ref.BitReader.from_words([0x55555556])
+    assert not ref.bernoulli(r, 1, 3) and r.taken == 32
+    # A large den costs one piece too (all but a 2**-16 fraction of the time).
+    r = ref.BitReader(SEED, 6)
+    for _ in range(1000):
+        ref.bernoulli(r, (1 << 99) + 12345, (1 << 100) - 1)
+    assert r.taken == 16 * 1000
+
+
+@pytest.mark.parametrize(("num", "den"), [(1, 2), (1, 3), (2, 3), (1234, 10001), (1, 1 << 40),
+                                          ((1 << 99) // 7, 1 << 99), (5, (1 << 100) + 1)])
+def test_bernoulli_frequencies(num, den):
+    r = ref.BitReader(SEED, 8)
+    n = 20_000
+    hits = sum(ref.bernoulli(r, num, den) for _ in range(n))
+    p = num / den
+    assert abs(hits - n * p) <= 5 * math.sqrt(n * p * (1 - p)) + 1e-9, (hits, n * p)
 
 
 @pytest.mark.parametrize("bound", [3, 6, 1000, (1 << 32) + 12345, (1 << 64) * 3 + 1, (1 << 127) + (1 << 100)])
 def test_uniform_below_frequencies(bound):
-    r = ref.WordReader(SEED, 3)
+    r = ref.BitReader(SEED, 3)
     n = 20_000
     values = [ref.uniform_below(r, bound) for _ in range(n)]
     assert min(values) >= 0 and max(values) < bound
@@ -277,21 +302,21 @@ def test_uniform_below_frequencies(bound):
 @pytest.mark.parametrize(("num", "den"), [(0, 1), (1, 3), (2, 3), (1, 1), (5, 2), (7, 3), (3, 1 << 100),
                                           ((1 << 101) + 3, 1 << 100)])
 def test_bernoulli_exp_frequencies(num, den):
-    r = ref.WordReader(SEED, 4)
+    r = ref.BitReader(SEED, 4)
     n = 20_000
     hits = sum(ref.bernoulli_exp(r, num, den) for _ in range(n))
     p = math.exp(-num / den)
     assert abs(hits - n * p) <= 5 * math.sqrt(n * p * (1 - p)) + 1e-9, (hits, n * p)
 
 
-def test_bernoulli_exp_of_a_huge_ratio_is_false_without_a_word():
-    r = _Counting(1)
+def test_bernoulli_exp_of_a_huge_ratio_is_false_without_a_bit():
+    r = ref.BitReader(1, 0)
     assert not ref.bernoulli_exp(r, 1 << 70, 3)
     assert r.taken == 0
 
 
 def test_discrete_laplace_frequencies():
-    r = ref.WordReader(SEED, 5)
+    r = ref.BitReader(SEED, 5)
     n, t = 20_000, 3
     values = np.array([ref.discrete_laplace(r, t) for _ in range(n)])
     x = np.arange(-60, 61)
@@ -306,6 +331,16 @@ _DRAW_CASES = [
     ("uniform_below", 0, (1 << 127) - 3),
     ("uniform_below64", 0, (1 << 63) + 11),
     ("bernoulli_half", 0, 1),
+    ("bernoulli", 1, 3),
+    ("bernoulli", 12345, 10001 * 3),
+    ("bernoulli", (1 << 98) + 77, (1 << 99) + 5),
+    ("bernoulli", (1 << 111) - 9, (1 << 111) + 1),
+    ("bernoulli", 0, 9),
+    ("bernoulli", 9, 9),
+    ("bernoulli64", 1, 3),
+    ("bernoulli64", 5, 1 << 47),
+    ("bernoulli64", (1 << 62) + 3, (1 << 63) + 1),  # den >= 2**48: the 128-bit path, the same bits
+    ("uniform01", 0, 1),
     ("bernoulli_exp", 2, 3),
     ("bernoulli_exp", 1 << 90, 1 << 88),
     ("bernoulli_exp", (1 << 120) + 1, (1 << 97) + 3),
@@ -319,13 +354,17 @@ def _pair(v: int) -> tuple[int, int]:
 
 
 def _reference_draws(kind: str, index: int, num: int, den: int, count: int) -> list[tuple[int, int]]:
-    r = ref.WordReader(SEED, index)
+    r = ref.BitReader(SEED, index)
     out = []
     for _ in range(count):
         if kind.startswith("uniform_below"):
             out.append(_pair(ref.uniform_below(r, den)))
         elif kind == "bernoulli_half":
             out.append((0, int(ref.bernoulli_half(r))))
+        elif kind.startswith("bernoulli") and kind != "bernoulli_exp":
+            out.append((0, int(ref.bernoulli(r, num, den))))
+        elif kind == "uniform01":
+            out.append((0, int(np.float64(ref.uniform01(r)).view(np.uint64))))
         elif kind == "bernoulli_exp":
             out.append((0, int(ref.bernoulli_exp(r, num, den))))
         else:
@@ -336,7 +375,7 @@ def _reference_draws(kind: str, index: int, num: int, den: int, count: int) -> l
 
 @pytest.mark.parametrize("portable", [True, False], ids=["portable", "builtin"])
 @pytest.mark.parametrize(("kind", "num", "den"), _DRAW_CASES)
-def test_native_primitives_consume_words_like_the_reference(kind, num, den, portable):
+def test_native_primitives_consume_bits_like_the_reference(kind, num, den, portable):
     em = gpu_emulation()
     if not portable and not em.HAVE_BUILTIN_INT128:
         pytest.skip("this compiler has no unsigned __int128")
@@ -345,6 +384,16 @@ def test_native_primitives_consume_words_like_the_reference(kind, num, den, port
     em.noise_draws(kind, SEED, index, _pair(num), _pair(den), portable, out)
     got = [(int(a), int(b)) for a, b in out.reshape(-1, 2)]
     assert got == _reference_draws(kind, index, num, den, count)
+
+
+def test_native_draws_check_the_bernoulli_bound():
+    em = gpu_emulation()
+    out = np.empty(2, np.uint64)
+    with pytest.raises(ValueError, match="den must be < 2"):
+        em.noise_draws("bernoulli", SEED, 0, (0, 1), _pair(1 << 112), True, out)
+    with pytest.raises(ValueError, match="num must be <= den"):
+        em.noise_draws("bernoulli", SEED, 0, (0, 4), (0, 3), True, out)
+    em.noise_draws("bernoulli", SEED, 0, (0, 1), _pair((1 << 112) - 1), True, out)  # the bound itself is fine
 
 
 # -- own log / exp / log k! -------------------------------------------------------------------------
@@ -417,10 +466,19 @@ def test_native_math_is_bitwise_the_reference():
 
 
 def test_uniform01_is_open_and_exact():
-    assert ref.uniform01(_Fixed([0, 0])) == 0.5 * 2.0**-52
-    top = ref.uniform01(_Fixed([0xFFFFFFFF, 0xFFFFFFFF]))
+    fixed = ref.BitReader.from_words
+    assert ref.uniform01(fixed([0, 0])) == 0.5 * 2.0**-52
+    top = ref.uniform01(fixed([0xFFFFFFFF, 0xFFFFFFFF]))
     assert top < 1.0 and top == 1.0 - 0.5 * 2.0**-52
-    assert ref.uniform01(_Fixed([1 << 31, 0])) == 0.5 + 0.5 * 2.0**-52
+    assert ref.uniform01(fixed([1 << 31, 0])) == 0.5 + 0.5 * 2.0**-52
+    # The top 26 bits of each of two words (the 6 low bits of each are not used).
+    assert ref.uniform01(fixed([0x3F, 0x3F])) == 0.5 * 2.0**-52
+    assert ref.uniform01(fixed([0x40, 0x40])) == (2.0**26 + 1.5) * 2.0**-52
+    # Skellam reads 64-bit pieces only, so uniform j is made of the stream's words 2j and 2j + 1.
+    bits, words = ref.BitReader(SEED, 2), ref.WordReader(SEED, 2)
+    for _ in range(5):
+        w0, w1 = words.next(), words.next()
+        assert ref.uniform01(bits) == ((w0 >> 6) * 2.0**26 + (w1 >> 6) + 0.5) * 2.0**-52
 
 
 # -- 128-bit arithmetic ---------------------------------------------------------------------------

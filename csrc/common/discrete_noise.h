@@ -1,6 +1,6 @@
 // Exact discrete Gaussian and Skellam samplers, one element at a time (SPEC §2, §4).
 //
-// The definition, word for word, is the Python reference dprec/reference/noise.py (its
+// The definition, bit for bit, is the Python reference dprec/reference/noise.py (its
 // module docstring states the algorithms); this header repeats it operation by operation so
 // that both give the same samples bit for bit. Header-only and free of libm
 // transcendentals, so any C++17 compiler (and nvcc) can build it; the CPU kernels
@@ -8,8 +8,11 @@
 // with the portable 128-bit integers too.
 //
 // Randomness: element i reads the Philox stream (seed, substream = i mod 2^32, group = i >> 32,
-// domain 5), blocks 0, 1, 2, ... word by word (WordReader), so a sample depends only on the
-// seed and i.
+// domain 5) as a sequence of bits: blocks 0, 1, 2, ..., word 0 first, each word most
+// significant bit first (BitReader), so a sample depends only on the seed and i. The
+// primitives take the bits they need: uniform_below(bound) bit_length(bound - 1) bits per try,
+// Bernoulli(1/2) one bit, Bernoulli(num/den) a lazy comparison of 16-bit pieces with num/den
+// (a single piece except with probability 2^-16), a Skellam uniform 64 bits.
 //
 // Discrete Gaussian N_Z(0, sigma^2), Canonne-Kamath-Steinke 2020 (Algorithms 1-3), integers only.
 // sigma^2 (the exact square of the float64 sigma) is taken as N / 2^k with E = floor(log2
@@ -50,94 +53,166 @@
 
 namespace dprec::noise {
 
-// The words of one element's stream, one at a time (the block counter wraps at 2^32, after
-// 2^34 words; a sample needs a few dozen).
-struct WordReader {
+// The bits of one element's stream (the rule of dprec/reference/noise.py, BitReader): the
+// words w0, w1, ... (block 0 words 0..3, block 1, ...; the block counter wraps at 2^32, after
+// 2^39 bits, and a sample needs a few hundred at most on average) concatenated, each word most
+// significant bit first. take(n) returns the next n bits as an integer, the first one most
+// significant; reading n bits at once or in pieces gives the same bits.
+struct BitReader {
     StreamId id;
     uint32_t block;
-    int pos;
+    int pos;         // next word pair of buf: 0 or 2; 4: buf spent
+    int avail;       // bits left in cache, 0..64
+    uint64_t cache;  // the next `avail` bits, top-aligned (the bits below them are zero)
     Block4 buf;
 
-    DPREC_HD WordReader(uint64_t seed, uint64_t index)
+    DPREC_HD BitReader(uint64_t seed, uint64_t index)
         : id{seed, static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), kDomainNoise},
           block(0),
           pos(4),
+          avail(0),
+          cache(0),
           buf{} {}
 
-    DPREC_HD uint32_t next() {
+    // The next two words, the first in the high half.
+    DPREC_HD uint64_t next_pair() {
         if (pos == 4) {
             buf = philox_block(id, block);
             ++block;
             pos = 0;
         }
-        return buf.w[pos++];
+        const uint64_t v = (static_cast<uint64_t>(buf.w[pos]) << 32) | buf.w[pos + 1];
+        pos += 2;
+        return v;
     }
+
+    // The next n bits, 1 <= n <= 64. When the cache holds fewer, it is topped up with the next
+    // two words (the refill every 64 bits, not every 32: fewer hard-to-predict branches).
+    DPREC_HD uint64_t take64(int n) {
+        if (n <= avail) {
+            const uint64_t v = cache >> (64 - n);
+            cache = n == 64 ? 0 : cache << n;
+            avail -= n;
+            return v;
+        }
+        const int more = n - avail;  // 1..64, taken from the next 64 bits
+        const uint64_t w = next_pair();
+        const uint64_t v = (cache >> (64 - n)) | (w >> (64 - more));
+        cache = more == 64 ? 0 : w << more;
+        avail = 64 - more;
+        return v;
+    }
+
+    DPREC_HD uint32_t take(int n) { return static_cast<uint32_t>(take64(n)); }  // 1 <= n <= 32
+
+    DPREC_HD bool bit() { return take64(1) != 0; }
 };
 
 // ---- integer primitives ----------------------------------------------------------------------
 
-// Mask of the top word of an nbits-bit draw made of nwords words.
-DPREC_INLINE uint32_t top_word_mask(int nbits, int nwords) {
-    const int top = nbits - 32 * (nwords - 1);
-    return top == 32 ? 0xffffffffu : ((uint32_t(1) << top) - 1u);
-}
-
-// Uniform in [0, bound), 1 <= bound < 2^64: ceil(nbits / 32) words, most significant first.
-DPREC_INLINE uint64_t uniform_below(WordReader& r, uint64_t bound) {
+// Uniform in [0, bound), 1 <= bound < 2^64: nbits = bit_length(bound - 1) bits per try, tried
+// again until below bound (nbits = 0: 0, nothing read).
+DPREC_INLINE uint64_t uniform_below(BitReader& r, uint64_t bound) {
     const int nbits = bit_length64(bound - 1);
     if (nbits == 0) return 0;
-    const int nwords = (nbits + 31) / 32;
-    const uint32_t mask = top_word_mask(nbits, nwords);
     for (;;) {
-        uint64_t v = r.next() & mask;
-        if (nwords == 2) v = (v << 32) | r.next();
+        const uint64_t v = r.take64(nbits);
         if (v < bound) return v;
     }
 }
 
-// The same for 1 <= bound < 2^128 (it consumes words exactly as the 64-bit one does when the
-// bound fits 64 bits).
+// The same for 1 <= bound < 2^128 (the same bits as the 64-bit one when the bound fits 64
+// bits): the top nbits - 32 (words - 1) bits first, then 32 at a time.
 template <class U>
-DPREC_INLINE U uniform_below(WordReader& r, U bound) {
+DPREC_INLINE U uniform_below(BitReader& r, U bound) {
     const int nbits = bit_length(bound - U::make(0, 1));
     if (nbits == 0) return U::make(0, 0);
     const int nwords = (nbits + 31) / 32;
-    const uint32_t mask = top_word_mask(nbits, nwords);
+    const int top = nbits - 32 * (nwords - 1);
     for (;;) {
-        U v = U::make(0, r.next() & mask);
-        for (int j = 1; j < nwords; ++j) v = (v << 32) + U::make(0, r.next());
+        U v = U::make(0, r.take(top));
+        for (int j = 1; j < nwords; ++j) v = (v << 32) + U::make(0, r.take(32));
         if (v < bound) return v;
     }
 }
 
-DPREC_INLINE bool bernoulli_half(WordReader& r) { return (r.next() >> 31) != 0; }
+// Bernoulli(num / den), 0 <= num <= den, by lazy comparison of a uniform U (the stream's bits
+// read as a binary fraction) with num / den, 16 bits at a time: with rem = num, draw b =
+// take(16) and compare rem 2^16 with b den: at least (b + 1) den means U < (b + 1) 2^-16 <=
+// rem / den, True; at most b den means U >= rem / den, False; otherwise (probability 2^-16)
+// rem <- rem 2^16 - b den and go on with the next 16 bits (U 2^16 - b is uniform again). num =
+// 0 gives False and num = den True, reading nothing. One hard-to-predict branch per draw,
+// whatever the size of den; no division. This one takes den < 2^112 (so that rem 2^16 and
+// (b + 1) den fit 128 bits; the samplers' den is below 2^100).
+template <class U>
+DPREC_INLINE bool bernoulli(BitReader& r, U num, U den) {
+    if (num == U::make(0, 0)) return false;
+    if (!(num < den)) return true;
+    U rem = num;
+    for (;;) {
+        const U a = rem << 16;
+        const U b = den * static_cast<uint64_t>(r.take(16));
+        if (!(a < b + den)) return true;
+        if (!(b < a)) return false;
+        rem = a - b;
+    }
+}
 
-// Bernoulli(exp(-num/den)) for num <= den (CKS Algorithm 1): K = 1; while Bernoulli(1/K) and
-// Bernoulli(num/den) (the second drawn only when the first holds): K += 1; return K odd.
-// P(K odd) = sum_j (-num/den)^j / j!.
-DPREC_INLINE bool bernoulli_exp_le1(WordReader& r, uint64_t num, uint64_t den) {
+// The same in 64 bits when den < 2^48 (the same bits; a larger den goes to the 128-bit one).
+DPREC_INLINE bool bernoulli(BitReader& r, uint64_t num, uint64_t den) {
+    if (num == 0) return false;
+    if (num >= den) return true;
+    if (den >> 48) return bernoulli(r, U128::make(0, num), U128::make(0, den));
+    uint64_t rem = num;
+    for (;;) {
+        const uint64_t a = rem << 16;
+        const uint64_t b = static_cast<uint64_t>(r.take(16)) * den;
+        if (a >= b + den) return true;
+        if (a <= b) return false;
+        rem = a - b;
+    }
+}
+
+DPREC_INLINE bool bernoulli_half(BitReader& r) { return r.bit(); }
+
+// Bernoulli(exp(-num/den)) for num <= den (CKS Algorithm 1): K = 1; while
+// uniform_below(K) == 0 and Bernoulli(num/den) (the second drawn only when the first holds):
+// K += 1; return K odd. P(K odd) = sum_j (-num/den)^j / j!.
+DPREC_INLINE bool bernoulli_exp_le1(BitReader& r, uint64_t num, uint64_t den) {
     uint64_t k = 1;
-    while (uniform_below(r, k) == 0 && uniform_below(r, den) < num) ++k;
+    while (uniform_below(r, k) == 0 && bernoulli(r, num, den)) ++k;
     return (k & 1u) != 0;
 }
 
 template <class U>
-DPREC_INLINE bool bernoulli_exp_le1(WordReader& r, U num, U den) {
+DPREC_INLINE bool bernoulli_exp_le1(BitReader& r, U num, U den) {
     uint64_t k = 1;
-    while (uniform_below(r, k) == 0 && uniform_below(r, den) < num) ++k;
+    while (uniform_below(r, k) == 0 && bernoulli(r, num, den)) ++k;
+    return (k & 1u) != 0;
+}
+
+// bernoulli_exp_le1(1, 1): Bernoulli(1/1) reads nothing and holds, so only the uniform draws
+// remain (the same bits).
+DPREC_INLINE bool bernoulli_exp_minus_one(BitReader& r) {
+    uint64_t k = 1;
+    while (uniform_below(r, k) == 0) ++k;
     return (k & 1u) != 0;
 }
 
 // Bernoulli(exp(-num/den)) for any num >= 0, den >= 1: q = num / den rounds of exp(-1), then
 // exp(-(num mod den)/den); False outright when q >= 2^64 (probability < exp(-2^64)).
+// q >= 2^64 iff floor(num / 2^64) >= den. The quotient is then found by subtracting den once
+// per round, as the rounds are drawn: no 128-bit division (a library call), and the first
+// False round (probability 1 - 1/e each) ends the work.
 template <class U>
-DPREC_INLINE bool bernoulli_exp(WordReader& r, U num, U den) {
+DPREC_INLINE bool bernoulli_exp(BitReader& r, U num, U den) {
     if (num <= den) return bernoulli_exp_le1(r, num, den);
-    U q, rem;
-    divmod(num, den, &q, &rem);
-    if (q.hi() != 0) return false;
-    for (uint64_t i = 0; i < q.lo(); ++i)
-        if (!bernoulli_exp_le1(r, uint64_t(1), uint64_t(1))) return false;
+    if (!((num >> 64) < den)) return false;
+    U rem = num;
+    do {
+        rem = rem - den;
+        if (!bernoulli_exp_minus_one(r)) return false;
+    } while (!(rem < den));
     return bernoulli_exp_le1(r, rem, den);
 }
 
@@ -188,12 +263,12 @@ DPREC_INLINE GaussianParams<U> gaussian_params(double sigma) {
 
 // Discrete Laplace of scale t (CKS Algorithm 2 with s = 1): |Y| into *mag, the sign into *neg.
 template <class U>
-DPREC_INLINE void discrete_laplace(WordReader& r, uint64_t t, U* mag, bool* neg) {
+DPREC_INLINE void discrete_laplace(BitReader& r, uint64_t t, U* mag, bool* neg) {
     for (;;) {
         const uint64_t u = uniform_below(r, t);
         if (!bernoulli_exp_le1(r, u, t)) continue;  // u < t
         uint64_t v = 0;
-        while (bernoulli_exp_le1(r, uint64_t(1), uint64_t(1))) ++v;
+        while (bernoulli_exp_minus_one(r)) ++v;
         const U y = U::mul64(t, v) + U::make(0, u);
         const bool b = bernoulli_half(r);
         if (b && y == U::make(0, 0)) continue;
@@ -205,7 +280,7 @@ DPREC_INLINE void discrete_laplace(WordReader& r, uint64_t t, U* mag, bool* neg)
 
 // One N_Z(0, n / 2^k) sample (CKS Algorithm 3).
 template <class U>
-DPREC_INLINE int64_t discrete_gaussian(WordReader& r, const GaussianParams<U>& p) {
+DPREC_INLINE int64_t discrete_gaussian(BitReader& r, const GaussianParams<U>& p) {
     for (;;) {
         U y;
         bool neg;
@@ -222,10 +297,13 @@ DPREC_INLINE int64_t discrete_gaussian(WordReader& r, const GaussianParams<U>& p
 
 // ---- Skellam -----------------------------------------------------------------------------------
 
-// ((w0 >> 6) 2^26 + (w1 >> 6) + 1/2) 2^-52: 52 random bits, exact, in (0, 1).
-DPREC_INLINE double uniform01(WordReader& r) {
-    const uint32_t w0 = r.next();
-    const uint32_t w1 = r.next();
+// The next 64 bits w = (w0, w1), two 32-bit halves: ((w0 >> 6) 2^26 + (w1 >> 6) + 1/2) 2^-52,
+// 52 random bits, exact, in (0, 1). (Skellam reads only 64-bit pieces, so w0 and w1 are the
+// stream's words 2j and 2j + 1.)
+DPREC_INLINE double uniform01(BitReader& r) {
+    const uint64_t w = r.take64(64);
+    const uint32_t w0 = static_cast<uint32_t>(w >> 32);
+    const uint32_t w1 = static_cast<uint32_t>(w);
     const double m = static_cast<double>(w0 >> 6) * 0x1p26 + static_cast<double>(w1 >> 6);
     return (m + 0.5) * 0x1p-52;
 }
@@ -264,7 +342,7 @@ DPREC_INLINE double log_pmf_bound(const PoissonParams& p, double k) {
 }
 
 // One Poisson(lam) draw as a float64 integer (< 2^53).
-DPREC_INLINE double poisson(WordReader& r, const PoissonParams& p) {
+DPREC_INLINE double poisson(BitReader& r, const PoissonParams& p) {
     if (p.small) {
         double k = 0.0;
         double prod = 1.0;
@@ -286,7 +364,7 @@ DPREC_INLINE double poisson(WordReader& r, const PoissonParams& p) {
     }
 }
 
-DPREC_INLINE int64_t skellam(WordReader& r, const PoissonParams& p) {
+DPREC_INLINE int64_t skellam(BitReader& r, const PoissonParams& p) {
     const double first = poisson(r, p);
     const double second = poisson(r, p);
     return static_cast<int64_t>(first) - static_cast<int64_t>(second);

@@ -27,7 +27,7 @@ void fill(int64_t* out, uint64_t n, const Sample& sample) {
 void discrete_gaussian(uint64_t seed, double sigma, int64_t* out, uint64_t n) {
     const noise::GaussianParams<U128> p = noise::gaussian_params<U128>(sigma);
     fill(out, n, [&](uint64_t i) {
-        noise::WordReader r(seed, i);
+        noise::BitReader r(seed, i);
         return noise::discrete_gaussian(r, p);
     });
 }
@@ -35,7 +35,7 @@ void discrete_gaussian(uint64_t seed, double sigma, int64_t* out, uint64_t n) {
 void skellam(uint64_t seed, double variance, int64_t* out, uint64_t n) {
     const noise::PoissonParams p(variance * 0.5);
     fill(out, n, [&](uint64_t i) {
-        noise::WordReader r(seed, i);
+        noise::BitReader r(seed, i);
         return noise::skellam(r, p);
     });
 }

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -67,8 +68,11 @@ template <class U>
 void draws(const std::string& kind, uint64_t seed, uint64_t index, Pair num_, Pair den_, uint64_t* out,
            uint64_t count) {
     const U num = U::make(num_.first, num_.second), den = U::make(den_.first, den_.second);
-    if (kind != "bernoulli_half" && den == U::make(0, 0)) throw py::value_error("den must be >= 1");
-    noise::WordReader r(seed, index);
+    if (kind != "bernoulli_half" && kind != "uniform01" && den == U::make(0, 0))
+        throw py::value_error("den must be >= 1");
+    if ((kind == "bernoulli" || kind == "bernoulli_exp") && bit_length(den) > 112)
+        throw py::value_error("den must be < 2**112");  // the 128-bit bernoulli's bound
+    noise::BitReader r(seed, index);
     for (uint64_t j = 0; j < count; ++j) {
         Pair v{0, 0};
         if (kind == "uniform_below") {
@@ -78,6 +82,16 @@ void draws(const std::string& kind, uint64_t seed, uint64_t index, Pair num_, Pa
             v.second = noise::uniform_below(r, den_.second);
         } else if (kind == "bernoulli_half") {
             v.second = noise::bernoulli_half(r);
+        } else if (kind == "bernoulli") {
+            if (den < num) throw py::value_error("num must be <= den");
+            v.second = noise::bernoulli(r, num, den);
+        } else if (kind == "bernoulli64") {
+            if (den_.first || num_.first) throw py::value_error("num and den must be < 2**64");
+            if (den_.second < num_.second) throw py::value_error("num must be <= den");
+            v.second = noise::bernoulli(r, num_.second, den_.second);
+        } else if (kind == "uniform01") {
+            const double u = noise::uniform01(r);
+            std::memcpy(&v.second, &u, sizeof u);
         } else if (kind == "bernoulli_exp") {
             v.second = noise::bernoulli_exp(r, num, den);
         } else if (kind == "discrete_laplace") {
@@ -98,7 +112,7 @@ template <class U>
 void gaussian(uint64_t seed, double sigma, int64_t* out, uint64_t n) {
     const noise::GaussianParams<U> p = noise::gaussian_params<U>(sigma);
     for (uint64_t i = 0; i < n; ++i) {
-        noise::WordReader r(seed, i);
+        noise::BitReader r(seed, i);
         out[i] = noise::discrete_gaussian(r, p);
     }
 }
@@ -155,8 +169,9 @@ void bind_emulation_noise(py::module_& m) {
         },
         py::arg("kind"), py::arg("seed"), py::arg("index"), py::arg("num"), py::arg("den"), py::arg("portable"),
         py::arg("out"),
-        "Successive draws of one primitive (uniform_below, uniform_below64, bernoulli_half, bernoulli_exp, "
-        "discrete_laplace with t = den) from element index's stream, as (hi, lo) pairs into uint64 out.");
+        "Successive draws of one primitive (uniform_below, uniform_below64, bernoulli, bernoulli64, "
+        "bernoulli_half, bernoulli_exp, uniform01 (its float64 bits), discrete_laplace with t = den) from element "
+        "index's stream, as (hi, lo) pairs into uint64 out.");
 
     m.def(
         "discrete_gaussian",

@@ -84,9 +84,10 @@ def det_math(op: str, x: _F64, out: _F64) -> None:
 def noise_draws(
     kind: str, seed: int, index: int, num: tuple[int, int], den: tuple[int, int], portable: bool, out: _U64
 ) -> None:
-    """Successive draws of a primitive (uniform_below, uniform_below64, bernoulli_half,
-    bernoulli_exp, discrete_laplace with t = den) from element ``index``'s stream, as (hi, lo)
-    pairs (discrete_laplace: (negative, |y|))."""
+    """Successive draws of a primitive (uniform_below, uniform_below64, bernoulli(num, den),
+    bernoulli64, bernoulli_half, bernoulli_exp, uniform01, discrete_laplace with t = den) from
+    element ``index``'s stream, as (hi, lo) pairs (discrete_laplace: (negative, |y|);
+    uniform01: (0, the float64's bits))."""
 
 def discrete_gaussian(seed: int, sigma: float, out: _I64, portable: bool) -> None:
     """The discrete Gaussian sampler on one thread, with the portable or the builtin 128-bit type."""

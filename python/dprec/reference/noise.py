@@ -1,7 +1,7 @@
 """Pure-Python reference of the discrete-noise samplers of secure aggregation (SPEC §2, §4).
 
 This module is the executable definition of the samplers: the native kernels
-(``csrc/common/discrete_noise.h``) consume the same Philox words in the same order and do
+(``csrc/common/discrete_noise.h``) consume the same Philox bits in the same order and do
 the same integer and float64 operations, so both give the same samples bit for bit. It is a
 scalar loop over Python ints (exact at any size) and is slow: use it to cross-check.
 
@@ -9,20 +9,28 @@ Randomness layout
 -----------------
 Element ``i`` of a call reads its own Philox4x32-10 stream: key = the 64-bit private seed,
 counter ``(block, i mod 2**32, i >> 32, 5)`` (domain 5, discrete noise), blocks 0, 1, 2, ...
-in order, four words per block, word 0 first. A sampler pulls the words one at a time
-(:class:`WordReader`), so element ``i`` never depends on the others, on the thread count or
-on the chunking. The block counter is 32 bits and would wrap after ``2**34`` words; a sample
-needs a few dozen.
+in order, four words per block, word 0 first (:class:`WordReader`). The samplers read that
+stream as a sequence of bits (:class:`BitReader`): the words concatenated, each word most
+significant bit first (bit 31 of word 0 of block 0 is the first bit). ``take(n)`` returns the
+next ``n`` bits as an integer, the first one most significant, so ``n`` bits read at once or
+in pieces are the same bits. Element ``i`` never depends on the others, on the thread count
+or on the chunking. The block counter is 32 bits and would wrap after ``2**39`` bits; a
+sample needs a few hundred at most on average.
 
-Primitives (both implementations consume words exactly like this)
-----------------------------------------------------------------
+Primitives (both implementations consume bits exactly like this)
+---------------------------------------------------------------
 * :func:`uniform_below` ``(bound)``, ``1 <= bound < 2**128``: ``nbits = bit_length(bound -
-  1)``; ``nbits == 0`` gives 0 and reads nothing; else ``ceil(nbits / 32)`` words, most
-  significant first, the first masked to the ``nbits - 32 (words - 1)`` remaining bits; the
-  value is accepted if below ``bound``, else all the words are drawn again (rejection,
-  fewer than 2 rounds on average).
-* :func:`bernoulli` ``(num, den)``: ``uniform_below(den) < num``.
-* :func:`bernoulli_half`: one word ``w``, ``w >> 31``.
+  1)``; ``nbits == 0`` gives 0 and reads nothing; else ``take(nbits)``, accepted if below
+  ``bound``, else drawn again (rejection, fewer than 2 tries on average).
+* :func:`bernoulli` ``(num, den)``, ``0 <= num <= den``: ``num == 0`` gives False and ``num
+  == den`` True, reading nothing. Otherwise a lazy comparison of the uniform ``U`` (the next
+  bits, read as a binary fraction) with ``num / den``, 16 bits at a time: with ``r = num``,
+  repeat { ``b = take(16)``; ``x = r 2**16 - b den``; ``x >= den`` (so ``U < (b + 1) 2**-16
+  <= r / den``) gives True; ``x <= 0`` (so ``U >= r / den``) gives False; else ``r = x``
+  (probability ``2**-16``: ``U 2**16 - b`` is uniform again) }. Exact; a single 16-bit piece
+  except with probability ``2**-16``, whatever the size of ``den`` (natively ``den <
+  2**112``; the samplers' ``den`` is below ``2**100``).
+* :func:`bernoulli_half`: ``take(1) == 1``.
 * :func:`bernoulli_exp` ``(num, den)``: Bernoulli(``exp(-num/den)``), Canonne, Kamath and
   Steinke (2020), Algorithm 1. For ``num <= den``: ``K = 1``; repeat { ``A = uniform_below(K)
   == 0 and bernoulli(num, den)`` (the second only drawn when the first holds); stop unless
@@ -66,8 +74,10 @@ exp(-2**64)``. These are the only departures from exact sampling.
 Skellam (:func:`skellam`)
 -------------------------
 ``Poisson(mu/2) - Poisson(mu/2)`` (variance ``mu``): element ``i`` draws the first Poisson
-then the second from its stream. Uniforms in (0, 1) take two words:
-``u = ((w0 >> 6) 2**26 + (w1 >> 6) + 1/2) 2**-52``, exact, never 0 or 1. Poisson(lam):
+then the second from its stream. Uniforms in (0, 1) take 64 bits ``w = take(64)``, i.e. two
+words ``w0 = w >> 32``, ``w1 = w mod 2**32`` (Skellam reads nothing else, so these are the
+stream's words ``2j`` and ``2j + 1``): ``u = ((w0 >> 6) 2**26 + (w1 >> 6) + 1/2) 2**-52``,
+exact, never 0 or 1. Poisson(lam):
 
 * ``lam < 10``: Knuth's multiplication method: ``L = exp(-lam)``; multiply uniforms until
   the product is ``<= L``; the count of factors minus one.
@@ -91,6 +101,7 @@ order; the C++ side is compiled without FMA contraction.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -99,6 +110,7 @@ from .philox import philox4x32
 
 __all__ = [
     "WordReader",
+    "BitReader",
     "uniform_below",
     "bernoulli",
     "bernoulli_half",
@@ -154,54 +166,101 @@ class WordReader:
         return w
 
 
+class BitReader:
+    """The bits of element ``index``'s stream: its words (:class:`WordReader`) concatenated,
+    each most significant bit first. ``taken`` counts the bits read so far.
+
+    :meth:`from_words` reads given words instead (tests)."""
+
+    __slots__ = ("_next_word", "_acc", "_avail", "taken")
+
+    def __init__(self, seed: int, index: int) -> None:
+        self._next_word: Callable[[], int] = WordReader(seed, index).next
+        self._acc = 0  # the next _avail bits, as an integer
+        self._avail = 0
+        self.taken = 0
+
+    @classmethod
+    def from_words(cls, words: Iterable[int]) -> BitReader:
+        """A reader of the given 32-bit words (StopIteration when they run out)."""
+        reader = cls.__new__(cls)
+        it = iter(words)
+        reader._next_word = lambda: next(it) & _MASK32
+        reader._acc = 0
+        reader._avail = 0
+        reader.taken = 0
+        return reader
+
+    def take(self, n: int) -> int:
+        """The next ``n >= 0`` bits as an integer, the first one most significant."""
+        while self._avail < n:
+            self._acc = (self._acc << 32) | self._next_word()
+            self._avail += 32
+        self._avail -= n
+        v = self._acc >> self._avail
+        self._acc &= (1 << self._avail) - 1
+        self.taken += n
+        return v
+
+
 # -- integer primitives --------------------------------------------------------------------------
 
-def uniform_below(words: WordReader, bound: int) -> int:
-    """Uniform in ``[0, bound)`` for ``1 <= bound < 2**128`` (see the module docstring)."""
+def uniform_below(bits: BitReader, bound: int) -> int:
+    """Uniform in ``[0, bound)`` for ``1 <= bound < 2**128``: ``take(bit_length(bound - 1))``
+    until below ``bound``."""
     nbits = (bound - 1).bit_length()
     if nbits == 0:
         return 0
-    nwords = (nbits + 31) // 32
-    top_mask = (1 << (nbits - 32 * (nwords - 1))) - 1
     while True:
-        v = words.next() & top_mask
-        for _ in range(nwords - 1):
-            v = (v << 32) | words.next()
+        v = bits.take(nbits)
         if v < bound:
             return v
 
 
-def bernoulli(words: WordReader, num: int, den: int) -> bool:
-    """Bernoulli(``num / den``), ``0 <= num <= den``: ``uniform_below(den) < num``."""
-    return uniform_below(words, den) < num
+def bernoulli(bits: BitReader, num: int, den: int) -> bool:
+    """Bernoulli(``num / den``), ``0 <= num <= den``, ``den >= 1``: lazy comparison of the
+    stream's bits with ``num / den``, 16 bits at a time (module docstring)."""
+    if num == 0:
+        return False
+    if num >= den:
+        return True
+    r = num
+    while True:
+        b = bits.take(16)
+        x = (r << 16) - b * den
+        if x >= den:
+            return True
+        if x <= 0:
+            return False
+        r = x
 
 
-def bernoulli_half(words: WordReader) -> bool:
-    """Bernoulli(1/2): the top bit of one word."""
-    return (words.next() >> 31) == 1
+def bernoulli_half(bits: BitReader) -> bool:
+    """Bernoulli(1/2): one bit."""
+    return bits.take(1) == 1
 
 
-def _bernoulli_exp_at_most_one(words: WordReader, num: int, den: int) -> bool:
+def _bernoulli_exp_at_most_one(bits: BitReader, num: int, den: int) -> bool:
     # CKS Algorithm 1: P(K odd) = sum_j (-gamma)**j / j! = exp(-gamma), the trial
     # Bernoulli(gamma / K) split as Bernoulli(1/K) and Bernoulli(num/den) (no den * K).
     k = 1
-    while uniform_below(words, k) == 0 and bernoulli(words, num, den):
+    while uniform_below(bits, k) == 0 and bernoulli(bits, num, den):
         k += 1
     return k % 2 == 1
 
 
-def bernoulli_exp(words: WordReader, num: int, den: int) -> bool:
+def bernoulli_exp(bits: BitReader, num: int, den: int) -> bool:
     """Bernoulli(``exp(-num / den)``) for ``num >= 0``, ``den >= 1`` (False outright when
     ``num // den >= 2**64``)."""
     if num <= den:
-        return _bernoulli_exp_at_most_one(words, num, den)
+        return _bernoulli_exp_at_most_one(bits, num, den)
     q, r = divmod(num, den)
     if q >= _TWO64:
         return False
     for _ in range(q):
-        if not _bernoulli_exp_at_most_one(words, 1, 1):
+        if not _bernoulli_exp_at_most_one(bits, 1, 1):
             return False
-    return _bernoulli_exp_at_most_one(words, r, den)
+    return _bernoulli_exp_at_most_one(bits, r, den)
 
 
 # -- discrete Gaussian ---------------------------------------------------------------------------
@@ -231,40 +290,40 @@ def gaussian_parameters(sigma: float) -> tuple[int, int, int, int, int]:
     return n, k, t, 2 * n * t * tk, -(-_TWO63 // tk)
 
 
-def discrete_laplace(words: WordReader, t: int) -> int:
+def discrete_laplace(bits: BitReader, t: int) -> int:
     """Discrete Laplace ``P(y) ~ exp(-|y| / t)`` (CKS Algorithm 2, ``s = 1``)."""
     while True:
-        u = uniform_below(words, t)
-        if not bernoulli_exp(words, u, t):
+        u = uniform_below(bits, t)
+        if not bernoulli_exp(bits, u, t):
             continue
         v = 0
-        while bernoulli_exp(words, 1, 1):
+        while bernoulli_exp(bits, 1, 1):
             v += 1
         y = u + t * v
-        b = bernoulli_half(words)
+        b = bernoulli_half(bits)
         if b and y == 0:
             continue
         return -y if b else y
 
 
-def discrete_gaussian_one(words: WordReader, params: tuple[int, int, int, int, int]) -> int:
+def discrete_gaussian_one(bits: BitReader, params: tuple[int, int, int, int, int]) -> int:
     """One ``N_Z(0, N / 2**k)`` sample (CKS Algorithm 3) from ``gaussian_parameters``."""
     n, k, t, den, y_limit = params
     tk = t << k
     while True:
-        y = discrete_laplace(words, t)
+        y = discrete_laplace(bits, t)
         m = abs(y)
         if m >= y_limit:  # |Y| t 2**k >= 2**63: rejected outright (module docstring)
             continue
         a = m * tk - n
-        if bernoulli_exp(words, a * a, den):
+        if bernoulli_exp(bits, a * a, den):
             return y
 
 
 def discrete_gaussian(seed: int, sigma: float, n: int) -> np.ndarray:
     """``n`` samples of ``N_Z(0, sigma**2)`` (int64), element ``i`` from its own stream."""
     params = gaussian_parameters(sigma)
-    return np.array([discrete_gaussian_one(WordReader(seed, i), params) for i in range(n)], dtype=np.int64)
+    return np.array([discrete_gaussian_one(BitReader(seed, i), params) for i in range(n)], dtype=np.int64)
 
 
 # -- deterministic float64 math (the C++ side repeats every operation) --------------------------
@@ -361,11 +420,11 @@ def log_factorial(k: int) -> float:
 
 # -- Skellam ---------------------------------------------------------------------------------------
 
-def uniform01(words: WordReader) -> float:
-    """``((w0 >> 6) 2**26 + (w1 >> 6) + 1/2) 2**-52``: 52 random bits, exact, in (0, 1)."""
-    w0 = words.next()
-    w1 = words.next()
-    m = float(w0 >> 6) * 67108864.0 + float(w1 >> 6)
+def uniform01(bits: BitReader) -> float:
+    """``((w0 >> 6) 2**26 + (w1 >> 6) + 1/2) 2**-52`` with ``w0``, ``w1`` the halves of
+    ``take(64)``: 52 random bits, exact, in (0, 1)."""
+    w = bits.take(64)
+    m = float(w >> 38) * 67108864.0 + float((w & _MASK32) >> 6)
     return (m + 0.5) * 2.0**-52
 
 
@@ -398,20 +457,20 @@ def _log_pmf_bound(p: _PoissonParams, k: int) -> float:
     return main - ((0.5 * det_log(x) + _HALF_LOG_2PI) + _stirling_correction(x))
 
 
-def poisson(words: WordReader, p: _PoissonParams) -> int:
+def poisson(bits: BitReader, p: _PoissonParams) -> int:
     """One Poisson(``p.lam``) draw (Knuth below 10, PTRS from 10 on)."""
     if p.small:
         k = 0
         prod = 1.0
         while True:
-            prod = prod * uniform01(words)
+            prod = prod * uniform01(bits)
             if prod <= p.exp_neg_lam:
                 return k
             k += 1
     lam, a, b = p.lam, p.a, p.b
     while True:
-        u = uniform01(words) - 0.5
-        v = uniform01(words)
+        u = uniform01(bits) - 0.5
+        v = uniform01(bits)
         us = 0.5 - abs(u)
         k = math.floor((((2.0 * a) / us + b) * u + lam) + 0.43)
         if us >= 0.07 and v <= p.v_r:
@@ -428,7 +487,7 @@ def skellam(seed: int, variance: float, n: int) -> np.ndarray:
     p = _PoissonParams(float(variance) * 0.5)
     out = np.empty(n, dtype=np.int64)
     for i in range(n):
-        words = WordReader(seed, i)
-        first = poisson(words, p)
-        out[i] = first - poisson(words, p)
+        bits = BitReader(seed, i)
+        first = poisson(bits, p)
+        out[i] = first - poisson(bits, p)
     return out

@@ -12,10 +12,11 @@ Randomness layout
 -----------------
 Element ``i`` of a call reads its own Philox4x32-10 stream: key = the private seed, counter
 ``(block, i mod 2**32, i >> 32, 5)`` (domain 5), blocks 0, 1, 2, ... in order, word 0 first.
-The samplers pull words one at a time, so element ``i`` depends only on ``(seed, i)``: the
-result is the same for any thread count, and the native kernels and the pure-Python reference
-(:mod:`dprec.reference.noise`, where every step is spelled out) give the same samples bit for
-bit.
+The samplers read it as a sequence of bits (each word most significant bit first), each
+primitive taking only the bits it needs (the exact rule is in :mod:`dprec.reference.noise`),
+so element ``i`` depends only on ``(seed, i)``: the result is the same for any thread count,
+and the native kernels and the pure-Python reference (where every step is spelled out) give
+the same samples bit for bit.
 
 Both samplers run on the host: ``backend="auto"`` and ``"cpu"`` use the native module,
 ``"reference"`` the pure-Python reference (slow: about 0.1 ms per sample); ``"cuda"`` is
