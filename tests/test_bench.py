@@ -150,3 +150,25 @@ def test_bench_gpu_sketch_script():
         assert len(proc.stdout.strip().splitlines()) == 1
     else:
         assert "-> OK" in proc.stdout and "| 2^20 | 5 |" in proc.stdout
+
+
+def test_bench_secagg_script():
+    """bench/bench_secagg.py at the tiniest sizes, every section (the MSE table too): it runs, the samplers'
+    statistical checks and the server's NumPy agreement pass, and every table is printed."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_secagg.py"
+    if not script.exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    tiny = [
+        "--quick", "--repeat", "1", "--min-time", "0", "--log2-n", "12", "--ref-n", "64", "--sigmas", "0.5", "30",
+        "--log2-d", "10", "--server-log2-d", "10", "--clients", "20",
+        "--mse", "--mse-clients", "20", "--mse-dim", "300", "--mse-sketch", "3", "64", "--epsilons", "4",
+        "--mse-bits", "20",
+    ]
+    proc = subprocess.run([sys.executable, str(script), *tiny], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    for title in ("### Samplers", "### Client", "### Server", "### End-to-end MSE"):
+        assert title in out, out
+    assert "sampler statistics: OK" in out
+    assert "server agreement (sums equal, decodes within 1e-12): OK" in out
+    assert "| Skellam |" in out and "(sum of stages)" in out
