@@ -95,6 +95,22 @@ def select(backend: Any, data: Array | None, name: str = "the input", *, host_da
     return kernels(resolve(backend, where, name, host_data=host_data))
 
 
+def select_host(backend: Any, data: Array | None, name: str, what: str) -> Kernels:
+    """The kernels for a host-only operation (a SecAgg client's step: ``what`` names it).
+
+    GPU data or ``backend="cuda"`` gets a ValueError saying that ``what`` runs on the host;
+    otherwise as :func:`select`.
+    """
+    on_gpu = data is not None and data.on_gpu
+    if on_gpu or (isinstance(backend, str) and backend == "cuda"):
+        where = f"{name} is on {data.label}" if on_gpu and data is not None else "backend='cuda' was asked for"
+        raise ValueError(
+            f"{where}, but {what} runs on the host (it is the client's step): pass host arrays (copy GPU data to "
+            "the host first) and backend='auto', 'cpu' or 'reference'"
+        )
+    return select(backend, data, name)
+
+
 def owner(a: Array) -> Kernels:
     """The kernels that work on ``a``'s memory where it lies (conversions, scans)."""
     if a.device >= 0:

@@ -69,13 +69,7 @@ def modular_reduce(x: Any, bits: Any, *, backend: str = "auto") -> np.ndarray:
     """
     bits = check_modulus_bits(bits)
     a = _arrays.read(x, "x")
-    if a.on_gpu or backend == "cuda":
-        where = f"x is on {a.label}" if a.on_gpu else "backend='cuda' was asked for"
-        raise ValueError(
-            f"{where}, but modular_reduce runs on the host (it is the client's step): pass a host array (copy GPU "
-            "data to the host first) and backend='auto', 'cpu' or 'reference'"
-        )
-    kernels = _dispatch.select(backend, a, "x")
+    kernels = _dispatch.select_host(backend, a, "x", "modular_reduce")
     h = _arrays.host_array(a, "x").host
     assert h is not None
     dt = h.dtype

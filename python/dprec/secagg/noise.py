@@ -54,18 +54,9 @@ def _check_scale(value: Any, name: str, limit: float, limit_text: str) -> float:
     return v
 
 
-def _host_kernels(backend: Any) -> Any:
-    if isinstance(backend, str) and backend == "cuda":
-        raise ValueError(
-            "the discrete-noise samplers run on the host; use backend='auto', 'cpu' or 'reference' "
-            "(and move the samples to the GPU afterwards if needed)"
-        )
-    return _dispatch.select(backend, None, "out")
-
-
 def _sample(op: str, n: Any, scale: float, rng: np.random.Generator | None, backend: Any) -> np.ndarray:
     count = check_int(n, "n", 0, MAX_NOISE_SAMPLES)
-    kernels = _host_kernels(backend)
+    kernels = _dispatch.select_host(backend, None, "out", "the discrete-noise sampler")
     seed = private_seed(rng)  # also rejects an rng that is not a numpy Generator
     out = _arrays.empty(None, (count,), "int64")
     getattr(kernels, op)(out, seed, scale)

@@ -198,13 +198,7 @@ def _real(value: Any, name: str) -> float:
 def _host_input(x: Any, backend: Any) -> tuple[Any, _arrays.Array]:
     """The kernels and the float64 host copy (or view) of ``x``, validated."""
     a = _arrays.read(x, "x")
-    if a.on_gpu or backend == "cuda":
-        where = f"x is on {a.label}" if a.on_gpu else "backend='cuda' was asked for"
-        raise ValueError(
-            f"{where}, but randomized rounding runs on the host (it is the client's step): pass a host array "
-            "(copy GPU data to the host first) and backend='auto', 'cpu' or 'reference'"
-        )
-    kernels = _dispatch.select(backend, a, "x")
+    kernels = _dispatch.select_host(backend, a, "x", "randomized rounding")
     src = _arrays.float_input(a, "x", max_size=MAX_ROUND_ELEMENTS)
     if src.dtype != "float64":
         src = _arrays.convert(src, "float64")  # float32 -> float64 is exact
