@@ -13,7 +13,9 @@
 
 #include "macros.h"
 
+// Unnamed inner namespace: internal linkage for LogFactorialTable's constructor (see uint128.h).
 namespace dprec::detmath {
+namespace {
 
 constexpr double kLn2Hi = 0x1.62e42fefa4000p-1;  // 41 significant bits: e * kLn2Hi exact for |e| < 2^12
 constexpr double kLn2Lo = -0x1.8432a1b0e2634p-43;  // ln 2 - kLn2Hi, rounded
@@ -95,4 +97,5 @@ DPREC_INLINE double log_factorial(double k, const LogFactorialTable& table) {
     return (((k + 0.5) * log(k) - k) + kHalfLog2Pi) + stirling_correction(k);
 }
 
+}  // namespace
 }  // namespace dprec::detmath

@@ -51,7 +51,9 @@
 #include "philox.h"
 #include "uint128.h"
 
+// Unnamed inner namespace: internal linkage for the member functions (see uint128.h).
 namespace dprec::noise {
+namespace {
 
 // The bits of one element's stream (the rule of dprec/reference/noise.py, BitReader): the
 // words w0, w1, ... (block 0 words 0..3, block 1, ...; the block counter wraps at 2^32, after
@@ -370,4 +372,5 @@ DPREC_INLINE int64_t skellam(BitReader& r, const PoissonParams& p) {
     return static_cast<int64_t>(first) - static_cast<int64_t>(second);
 }
 
+}  // namespace
 }  // namespace dprec::noise

@@ -18,7 +18,11 @@
 
 #include "macros.h"
 
+// The unnamed namespace gives the classes' member functions internal linkage too (the free
+// functions have it through DPREC_INLINE): the per-ISA kernel files include this header, and
+// the linker must never pick an AVX-512 copy of a member for baseline code.
 namespace dprec {
+namespace {
 
 // Number of significant bits of x (0 for x = 0): one count-leading-zeros instruction where
 // the compiler offers it (the samplers call this in their inner loops), else portable code.
@@ -161,4 +165,5 @@ using U128 = U128Builtin;
 using U128 = U128Portable;
 #endif
 
+}  // namespace
 }  // namespace dprec

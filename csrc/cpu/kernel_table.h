@@ -76,6 +76,12 @@ struct KernelTable {
     // Whether none of x[0, n) is NaN or infinite (finite.cpp).
     bool (*all_finite_f32)(const float* x, uint64_t n);
     bool (*all_finite_f64)(const double* x, uint64_t n);
+    // Discrete noise (discrete_noise.cpp, ../common/discrete_noise.h): out[j] <- the sample of
+    // element begin + j for j < n, N_Z(0, sigma^2) (0 < sigma <= 2^24) and Poisson(variance/2) -
+    // Poisson(variance/2) (0 < variance <= 2^48). The same bits on every ISA and for any split
+    // of [0, total) into calls.
+    void (*discrete_gaussian)(uint64_t seed, double sigma, uint64_t begin, uint64_t n, int64_t* out);
+    void (*skellam)(uint64_t seed, double variance, uint64_t begin, uint64_t n, int64_t* out);
 };
 
 const KernelTable* kernel_table_baseline();

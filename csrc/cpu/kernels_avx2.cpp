@@ -13,6 +13,7 @@
 #endif
 #include <immintrin.h>
 
+#include "../common/discrete_noise.h"
 #include "../common/normal_transform.h"
 #include "../common/philox.h"
 

@@ -8,6 +8,7 @@
 #endif
 
 #include "kernel_table.h"
+#include "../common/discrete_noise.h"
 #include "../common/normal_transform.h"
 #include "../common/philox.h"
 

@@ -324,6 +324,122 @@ struct GenericKernels {
         return bad == 0;
     }
 
+    // ---- discrete noise (../common/discrete_noise.h) ----------------------------------------
+    // The samplers are scalar code; compiled here, every ISA build gets its own instructions
+    // for them (e.g. roundsd for floor from AVX on). IEEE operations round the same way on
+    // every ISA and the project compiles without FMA contraction, so the bits do not change.
+
+    static void discrete_gaussian(uint64_t seed, double sigma, uint64_t begin, uint64_t n, int64_t* out) {
+        const auto p = dprec::noise::gaussian_params<dprec::U128>(sigma);
+        for (uint64_t j = 0; j < n; ++j) {
+            dprec::noise::BitReader r(seed, begin + j);
+            out[j] = dprec::noise::discrete_gaussian(r, p);
+        }
+    }
+
+    // Block `block` of the noise streams of elements first + v L + l (v < N, lane l), all in
+    // group `group`: lanes differ in the counter's substream word, not in its block word.
+    template <int N>
+    static void philox_elements(uint32_t block, uint32_t first, uint32_t group, uint64_t seed, U (&x)[N][4]) {
+        uint32_t k0 = static_cast<uint32_t>(seed);
+        uint32_t k1 = static_cast<uint32_t>(seed >> 32);
+        for (int v = 0; v < N; ++v) {
+            x[v][0] = S::set1(block);
+            x[v][1] = S::add(S::set1(first + static_cast<uint32_t>(v * L)), S::iota());
+            x[v][2] = S::set1(group);
+            x[v][3] = S::set1(dprec::kDomainNoise);
+        }
+        for (int round = 0; round < dprec::kPhiloxRounds; ++round) {
+            for (int v = 0; v < N; ++v) {
+                U h0, l0, h1, l1;
+                S::mulhilo(x[v][0], dprec::kPhiloxM0, &h0, &l0);
+                S::mulhilo(x[v][2], dprec::kPhiloxM1, &h1, &l1);
+                x[v][0] = S::bxor(S::bxor(h1, x[v][1]), S::set1(k0));
+                x[v][1] = l1;
+                x[v][2] = S::bxor(S::bxor(h0, x[v][3]), S::set1(k1));
+                x[v][3] = l0;
+            }
+            k0 += dprec::kPhiloxW0;
+            k1 += dprec::kPhiloxW1;
+        }
+    }
+
+    // The Skellam samples of elements first .. first + kUnroll L - 1 (all in one group) for PTRS
+    // (lam >= 10). Each Poisson's first PTRS proposal uses 128 bits, exactly one Philox block:
+    // block 0 for the first Poisson, block 1 for the second. Both blocks of every element come
+    // from the vector Philox, and the proposal and its cheap squeeze (us >= 0.07 and v <= v_r,
+    // accepted about 80% of the time for each Poisson) are evaluated in plain loops that the
+    // compiler vectorises: +, -, *, /, fabs, floor and compares only, bit for bit the scalar
+    // code's. What the squeeze does not accept is redone by the scalar sampler from where
+    // the stream stands: the whole sample from block 0 when the first Poisson's proposal was
+    // not accepted, else the second Poisson from block 1. So every element reads exactly the
+    // scalar path's bits.
+    static void skellam_ptrs_batch(uint64_t seed, const dprec::noise::PoissonParams& p, uint64_t first,
+                                   int64_t* out) {
+        namespace nz = dprec::noise;
+        constexpr int N = kUnroll;
+        constexpr int B = N * L;
+        uint32_t w[2][4][B];  // w[block][word][element]
+        for (uint32_t block = 0; block < 2; ++block) {
+            U x[N][4];
+            philox_elements<N>(block, static_cast<uint32_t>(first), static_cast<uint32_t>(first >> 32), seed, x);
+            for (int v = 0; v < N; ++v)
+                for (int j = 0; j < 4; ++j) S::storeu(&w[block][j][v * L], x[v][j]);
+        }
+        double k[2][B];
+        bool accepted[2][B];
+        const double two_a = 2.0 * p.a;
+        for (int block = 0; block < 2; ++block)
+            for (int e = 0; e < B; ++e) {
+                // uniform01 of the word pairs (0, 1) and (2, 3); w >> 6 < 2^26 converts exactly
+                // through int32 (which every ISA vectorises).
+                const double mu = static_cast<double>(static_cast<int32_t>(w[block][0][e] >> 6)) * 0x1p26 +
+                                  static_cast<double>(static_cast<int32_t>(w[block][1][e] >> 6));
+                const double mv = static_cast<double>(static_cast<int32_t>(w[block][2][e] >> 6)) * 0x1p26 +
+                                  static_cast<double>(static_cast<int32_t>(w[block][3][e] >> 6));
+                const double u = (mu + 0.5) * 0x1p-52 - 0.5;
+                const double v = (mv + 0.5) * 0x1p-52;
+                const double us = 0.5 - std::fabs(u);
+                k[block][e] = std::floor((((two_a / us + p.b) * u) + p.lam) + 0.43);
+                accepted[block][e] = (us >= 0.07) & (v <= p.v_r);
+            }
+        for (int e = 0; e < B; ++e) {
+            if (accepted[0][e]) {
+                double second = k[1][e];
+                if (!accepted[1][e]) {
+                    // The stream after the first Poisson's 128 bits: block 1, nothing cached.
+                    nz::BitReader r(seed, first + static_cast<uint64_t>(e));
+                    r.block = 1;
+                    second = nz::poisson(r, p);
+                }
+                out[e] = static_cast<int64_t>(k[0][e]) - static_cast<int64_t>(second);
+            } else {
+                nz::BitReader r(seed, first + static_cast<uint64_t>(e));
+                out[e] = nz::skellam(r, p);
+            }
+        }
+    }
+
+    static void skellam(uint64_t seed, double variance, uint64_t begin, uint64_t n, int64_t* out) {
+        namespace nz = dprec::noise;
+        const nz::PoissonParams p(variance * 0.5);
+        uint64_t j = 0;
+        if constexpr (L > 1) {
+            constexpr uint64_t B = static_cast<uint64_t>(kUnroll) * L;
+            if (!p.small) {
+                for (; j + B <= n; j += B) {
+                    const uint64_t first = begin + j;
+                    if ((first >> 32) != ((first + B - 1) >> 32)) break;  // a batch across groups: scalar
+                    skellam_ptrs_batch(seed, p, first, out + j);
+                }
+            }
+        }
+        for (; j < n; ++j) {
+            nz::BitReader r(seed, begin + j);
+            out[j] = nz::skellam(r, p);
+        }
+    }
+
     static const dprec::cpu::KernelTable* table() {
         static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile,
                                                  &FwhtKernels<S>::stages_f32, &FwhtKernels<S>::stages_f64,
@@ -332,7 +448,8 @@ struct GenericKernels {
                                                  &sketch_addends<float>,     &sketch_addends<double>,
                                                  &sketch_gather<float>,      &sketch_gather<double>,
                                                  &sort_columns_f64,
-                                                 &all_finite<float>,         &all_finite<double>};
+                                                 &all_finite<float>,         &all_finite<double>,
+                                                 &discrete_gaussian,         &skellam};
         return &t;
     }
 };

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../common/discrete_noise.h"
 #include "../common/normal_transform.h"
 #include "../common/philox.h"
 

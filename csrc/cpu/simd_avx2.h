@@ -62,6 +62,7 @@ struct SimdAvx2 {
     static F select_f(M m, F a, F b) { return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(m)); }
 
     static U loadu(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+    static void storeu(uint32_t* p, U v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
     static void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
 
     // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4 inside one vector. Lane i of a

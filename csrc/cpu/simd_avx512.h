@@ -113,6 +113,7 @@ struct SimdAvx512 {
     static F select_f(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
 
     static U loadu(const uint32_t* p) { return _mm512_loadu_si512(p); }
+    static void storeu(uint32_t* p, U v) { _mm512_storeu_si512(p, v); }
     static void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
 
     // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4, 8 inside one vector. Lane i of

@@ -83,6 +83,7 @@ struct SimdNeon {
     static F select_f(M m, F a, F b) { return vbslq_f32(m, a, b); }
 
     static U loadu(const uint32_t* p) { return vld1q_u32(p); }
+    static void storeu(uint32_t* p, U v) { vst1q_u32(p, v); }
     static void storeu(float* p, F v) { vst1q_f32(p, v); }
 
     // FWHT (hadamard_kernels_generic.h): stages h = 1, 2 inside one vector, bit for bit the

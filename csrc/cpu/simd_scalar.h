@@ -51,6 +51,7 @@ struct SimdScalar {
     static F select_f(M m, F a, F b) { return m ? a : b; }
 
     static U loadu(const uint32_t* p) { return *p; }
+    static void storeu(uint32_t* p, U v) { *p = v; }
     static void storeu(float* p, F v) { *p = v; }
     using D = double;  // FWHT float64 (one lane: hadamard_kernels_generic.h stays scalar)
     static constexpr int kLanesD = 1;

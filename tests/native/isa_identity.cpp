@@ -43,7 +43,7 @@ using dprec::StreamId;
 using dprec::cpu::KernelTable;
 
 // Every entry of KernelTable is exercised below; a new entry must be added here too.
-static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 19 * sizeof(void (*)()),
+static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 21 * sizeof(void (*)()),
               "KernelTable changed: test the new entries in tests/native/isa_identity.cpp");
 
 namespace {
@@ -546,6 +546,39 @@ void check_finite(const KernelTable& b, const KernelTable& t) {
     }
 }
 
+// The discrete-noise samplers: every size and start (element indices across a group boundary,
+// 2^32, too), the Knuth and PTRS regimes and their boundary (variance 20: lam = 10), and the
+// discrete Gaussian's parameter regimes. Every split of [0, n) must give the same samples.
+constexpr double kNoiseVariances[] = {0.25, 4.0, 19.9, 20.0, 20.5, 900.0, 1e6, 1e8, 0x1p48};
+constexpr double kNoiseSigmas[] = {0.01, 0.5, 2.0, 30.0, 1e4, 0x1p24};
+const uint64_t kNoiseBegins[] = {0, 5, (uint64_t(1) << 32) - 7, uint64_t(1) << 40};
+
+void check_noise(const KernelTable& b, const KernelTable& t) {
+    for (uint64_t begin : kNoiseBegins)
+        for (size_t n : kSizes) {
+            if (n > 1000 && begin != 0) continue;  // the long runs once
+            std::vector<int64_t> e(n + 1, 7), g(n + 1, 7);
+            for (double var : kNoiseVariances) {
+                b.skellam(0x5eedull, var, begin, n, e.data());
+                t.skellam(0x5eedull, var, begin, n, g.data());
+                expect_same(t.name, fmt("skellam(variance=%a, begin=%" PRIu64 ", n=%zu)", var, begin, n), e.data(),
+                            g.data(), n + 1);
+                if (n > 1) {  // in two calls
+                    t.skellam(0x5eedull, var, begin, n / 3, g.data());
+                    t.skellam(0x5eedull, var, begin + n / 3, n - n / 3, g.data() + n / 3);
+                    expect_same(t.name, fmt("skellam split(variance=%a, n=%zu)", var, n), e.data(), g.data(), n);
+                }
+            }
+            if (n > 200) continue;  // the Gaussian is the slow one
+            for (double sigma : kNoiseSigmas) {
+                b.discrete_gaussian(0x5eedull, sigma, begin, n, e.data());
+                t.discrete_gaussian(0x5eedull, sigma, begin, n, g.data());
+                expect_same(t.name, fmt("discrete_gaussian(sigma=%a, begin=%" PRIu64 ", n=%zu)", sigma, begin, n),
+                            e.data(), g.data(), n + 1);
+            }
+        }
+}
+
 // ---- known-answer digests ------------------------------------------------------------------
 
 struct Digest {
@@ -568,6 +601,7 @@ const Digest kExpected[] = {
     {"fwht_rows", 0x19bbd4c4303115a3ull},
     {"sketch", 0x02425d38d008a31dull},
     {"sort_columns", 0x07339ffc7b4a3fd5ull},
+    {"noise", 0xfec962eeab306a8aull},
 };
 
 uint64_t digest_llr(const KernelTable& b, const KernelTable* t, int lanes) {
@@ -705,6 +739,19 @@ std::vector<Digest> digests(const KernelTable& b, const KernelTable& t) {
         }
         out.push_back({"sort_columns", h.h});
     }
+    {
+        Fnv h;
+        std::vector<int64_t> x(4099);
+        for (double var : kNoiseVariances) {
+            t.skellam(0xd15c0ull, var, (uint64_t(1) << 32) - 2000, x.size(), x.data());
+            h.add(x.data(), x.size());
+        }
+        for (double sigma : kNoiseSigmas) {
+            t.discrete_gaussian(0xd15c0ull, sigma, 123, 1000, x.data());
+            h.add(x.data(), 1000);
+        }
+        out.push_back({"noise", h.h});
+    }
     return out;
 }
 
@@ -782,6 +829,7 @@ int main(int argc, char** argv) {
         check_sketch_type<double>(base, *t);
         check_sort(base, *t);
         check_finite(base, *t);
+        check_noise(base, *t);
         std::printf("  %-8s (%2d lanes) vs baseline: %ld checks, %s\n", t->name, t->lanes, g_checks - c0,
                     g_failures == f0 ? "all bit-identical" : "FAILED");
     }
