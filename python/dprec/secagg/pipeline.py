@@ -27,6 +27,7 @@ is always the one :mod:`dprec.accounting.discrete` certifies for the ``gamma`` a
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from typing import Any, Optional
@@ -441,6 +442,26 @@ class DistributedPipeline:
         n = self._n if num_clients is None else num_clients
         rows = 1 if self._sketch is None else self._sketch.rows
         return self._gamma**2 * self._dim * rows / self.padded_dim * rounding_variance / (n * n)
+
+    @property
+    def seed(self) -> int:
+        """The round's shared seed (rotation signs, sketch hashes)."""
+        return self._rotation.seed
+
+    def with_seed(self, seed: int) -> "DistributedPipeline":
+        """The same pipeline for another round: a new shared ``seed``, every other parameter kept.
+
+        Calibration (``target_epsilon=``) solves for the noise and the scale once; a training
+        run then makes each round's pipeline with this, which costs microseconds. The
+        accounting of the rounds is the caller's (``steps`` / :meth:`privacy_event`).
+        """
+        check_seed(seed)
+        twin = copy.copy(self)
+        group = self._rotation.group
+        if self._sketch is not None:
+            twin._sketch = CountSketch(self._dim, self._sketch.rows, self._sketch.cols, seed, group)
+        twin._rotation = RandomizedHadamard(self._rotation.dim, seed, group=group)
+        return twin
 
     def __repr__(self) -> str:
         sk = "" if self._sketch is None else f", sketch={self._sketch.shape}"
