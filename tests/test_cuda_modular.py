@@ -209,3 +209,32 @@ def test_bad_pointers_and_arguments():
     a = _arrays.read(gpu, "x")
     with pytest.raises(ValueError, match="runs on the host"):
         _cuda().mod_reduce(a, 8, a)
+
+
+# ---- the public API and the pipelines on GPU arrays ----------------------------------------------
+
+
+@pytest.mark.parametrize("bits", [16, 40])
+def test_public_sum_and_lift_on_the_gpu_equal_the_cpu(bits):
+    from dprec import secagg
+
+    rng = np.random.default_rng(bits)
+    xs = ref.random_values(rng, (1000, 4099), bits)
+    total = secagg.modular_sum(_to_gpu(xs), bits)
+    np.testing.assert_array_equal(_to_host(total), secagg.modular_sum(xs, bits))
+    lifted = secagg.centered_lift(total, bits, scale=0.5, dtype=np.float64)
+    np.testing.assert_array_equal(_to_host(lifted), secagg.centered_lift(secagg.modular_sum(xs, bits), bits,
+                                                                         scale=0.5, dtype=np.float64))
+
+
+@pytest.mark.parametrize("sketch", [None, (3, 1000)], ids=["no-sketch", "sketch"])
+def test_pipeline_server_side_on_the_gpu(sketch):
+    from dprec import secagg
+
+    pipe = secagg.DDGPipeline(5000, clip=1.0, bits=20, num_clients=50, seed=9, noise_stddev=0.05, sketch=sketch)
+    rng = np.random.default_rng(0)
+    messages = np.stack([pipe.encode(rng.standard_normal(5000) * 0.01, rng=rng) for _ in range(50)])
+    want = pipe.decode(pipe.aggregate(messages))
+    got = pipe.decode(pipe.aggregate(_to_gpu(messages)))
+    assert got.is_cuda
+    np.testing.assert_array_equal(_to_host(got), want)
