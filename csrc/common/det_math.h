@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "macros.h"
 
@@ -51,6 +52,100 @@ DPREC_INLINE double log(double x) {
     const double fe = static_cast<double>(e);
     const double tail = fe * kLn2Lo + log1p_series(m - 1.0);
     return fe * kLn2Hi + tail;
+}
+
+// ---- branch-free forms for vector loops ------------------------------------------------------
+// The same results as log and log1p above, bit for bit, written without calls and with
+// selects instead of branches, so that a compiler vectorises a loop over them (the SIMD
+// fast path of the Skellam sampler, cpu/kernels_generic.h). Valid for arguments that are
+// positive normal finite numbers (is_positive_normal); what they return otherwise is
+// meaningless but harmless (no trap: IEEE default exception handling). Both arms of every
+// select are computed first and chosen by select_bits, and conditions are combined with &
+// rather than &&: GCC keeps -ftrapping-math on, under which it if-converts neither a
+// floating-point operation that the source evaluates conditionally nor (for AVX2) a ?: on
+// doubles under a floating-point compare, and would leave the loop scalar.
+
+// c ? a : b on the bits (a mask from the condition): exact, and a plain and/or for the
+// vectoriser.
+DPREC_INLINE double select_bits(bool c, double a, double b) {
+    uint64_t ab, bb;
+    std::memcpy(&ab, &a, sizeof ab);
+    std::memcpy(&bb, &b, sizeof bb);
+    const uint64_t m = uint64_t(0) - static_cast<uint64_t>(c);
+    const uint64_t rb = (ab & m) | (bb & ~m);
+    double r;
+    std::memcpy(&r, &rb, sizeof r);
+    return r;
+}
+
+// std::floor(x), bit for bit for every x (+-0, NaN and infinities included), without the call:
+// GCC vectorises neither std::floor nor its roundpd expansion under -ftrapping-math. For
+// 0 < |x| < 2^52, (x + c) - c with c = 2^52 of x's sign is x rounded to an integer r (x + c
+// lies where float64 steps by 1; both operations are exact but that rounding), and floor(x)
+// is r, or r - 1 when r > x; any other x (zero, an integer already, NaN, an infinity) is its
+// own floor.
+DPREC_INLINE double floor_branchless(double x) {
+    const double c = select_bits(x < 0.0, -0x1p52, 0x1p52);
+    const double r = (x + c) - c;
+    const double fl = select_bits(r > x, r - 1.0, r);
+    const bool own = !(std::fabs(x) < 0x1p52) | (x == 0.0);
+    return select_bits(own, x, fl);
+}
+
+// x > 0, finite and normal: the exponent field is 1..2046 and the sign bit 0.
+DPREC_INLINE bool is_positive_normal(double x) {
+    uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    return (bits >> 52) - 1u < 2046u;
+}
+
+// frexp by the bits for a positive normal x = m 2^e, m in [1/2, 1): the exponent field set
+// to that of 1/2 gives m, and the field E itself gives e = E - 1022, as a double (the bits of
+// 2^52 + E minus 2^52 + 1022, exact; no 64-bit integer conversion, which AVX2 and AVX-512F
+// lack). std::frexp returns the same m and e for these x.
+DPREC_INLINE double frexp_normal(double x, double* e) {
+    uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const uint64_t mbits = (bits & 0x000fffffffffffffull) | 0x3fe0000000000000ull;
+    const uint64_t ebits = (bits >> 52) | 0x4330000000000000ull;
+    double m, biased;
+    std::memcpy(&m, &mbits, sizeof m);
+    std::memcpy(&biased, &ebits, sizeof biased);
+    *e = biased - (0x1p52 + 1022.0);
+    return m;
+}
+
+// The reduction of log(x) to (m - 1, e), m in [sqrt(1/2), sqrt(2)), as in log: m 2 and e - 1
+// are exact.
+DPREC_INLINE double log_reduce_normal(double x, double* fe) {
+    double e;
+    const double m = frexp_normal(x, &e);
+    const double m2 = m * 2.0;
+    const double e1 = e - 1.0;
+    const bool low = m < kSqrtHalf;
+    *fe = select_bits(low, e1, e);
+    return select_bits(low, m2, m) - 1.0;
+}
+
+// log(x) for a positive normal x: log's operations in log's order.
+DPREC_INLINE double log_normal(double x) {
+    double fe;
+    const double f = log_reduce_normal(x, &fe);
+    const double tail = fe * kLn2Lo + log1p_series(f);
+    return fe * kLn2Hi + tail;
+}
+
+// log1p(d) for d in [-1/4, 1/4] or 1 + d positive normal: one series, on d itself or on the
+// reduced 1 + d, and the result of the branch log1p takes (a select, not a sum with a zero
+// exponent, so that no sign of zero can differ).
+DPREC_INLINE double log1p_normal(double d) {
+    const bool direct = (-kLog1pDirect <= d) & (d <= kLog1pDirect);
+    double fe;
+    const double f = log_reduce_normal(1.0 + d, &fe);
+    const double series = log1p_series(select_bits(direct, d, f));
+    const double tail = fe * kLn2Lo + series;
+    const double reduced = fe * kLn2Hi + tail;
+    return select_bits(direct, series, reduced);
 }
 
 // log(1 + d) for d > -1, without rounding 1 + d when |d| <= 1/4 (accurate for tiny d).

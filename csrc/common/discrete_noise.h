@@ -343,6 +343,35 @@ DPREC_INLINE double log_pmf_bound(const PoissonParams& p, double k) {
     return main - rest;
 }
 
+// PTRS's full acceptance test, branch-free (the vector fast path, cpu/kernels_generic.h): for
+// a proposal (k, us, v) that the squeeze did not accept and that was not rejected outright
+// (so 0 <= k < 2^53), whether poisson below accepts it, bit for bit: the same operations in
+// the same order, with detmath's branch-free log and log1p and both forms of log_pmf_bound
+// evaluated and one selected. log_fact_k is log k! from the table when k < 16 (ignored
+// otherwise: the caller looks it up, a gather that not every ISA has). *decided is false
+// when an argument of a log is not a positive normal number; the caller then leaves the
+// proposal to the scalar code. That never happens for lam >= 10: v >= 2^-53; a / us^2 + b >= b
+// > 8 is finite (us >= 2^-53); k >= 16 when its log is used; and 1 + (k - lam)/lam >= 16 / lam
+// is far above 2^-1022 for lam <= 2^47 (lam is validated).
+DPREC_INLINE bool ptrs_accept_branchless(const double lam, const double log_lam, const double a, const double b,
+                                         const double log_inv_alpha, const double k, const double us,
+                                         const double v, const double log_fact_k, bool* decided) {
+    const double x = a / (us * us) + b;
+    const double lhs = (detmath::log_normal(v) + log_inv_alpha) - detmath::log_normal(x);
+    const double table_form = (-lam + k * log_lam) - log_fact_k;
+    const double delta = k - lam;
+    const double d = delta / lam;
+    const double main = delta - k * detmath::log1p_normal(d);
+    const double rest = (0.5 * detmath::log_normal(k) + detmath::kHalfLog2Pi) + detmath::stirling_correction(k);
+    const double stirling_form = main - rest;
+    const bool small_k = k < detmath::kStirlingFrom;
+    const double bound = detmath::select_bits(small_k, table_form, stirling_form);
+    const bool direct = (-detmath::kLog1pDirect <= d) & (d <= detmath::kLog1pDirect);
+    *decided = detmath::is_positive_normal(v) & detmath::is_positive_normal(x) &
+               (small_k | (detmath::is_positive_normal(k) & (direct | detmath::is_positive_normal(1.0 + d))));
+    return lhs <= bound;
+}
+
 // One Poisson(lam) draw as a float64 integer (< 2^53).
 DPREC_INLINE double poisson(BitReader& r, const PoissonParams& p) {
     if (p.small) {

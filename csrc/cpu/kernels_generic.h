@@ -367,28 +367,38 @@ struct GenericKernels {
     // The Skellam samples of elements first .. first + kUnroll L - 1 (all in one group) for PTRS
     // (lam >= 10). Each Poisson's first PTRS proposal uses 128 bits, exactly one Philox block:
     // block 0 for the first Poisson, block 1 for the second. Both blocks of every element come
-    // from the vector Philox, and the proposal and its cheap squeeze (us >= 0.07 and v <= v_r,
-    // accepted about 80% of the time for each Poisson) are evaluated in plain loops that the
-    // compiler vectorises: +, -, *, /, fabs, floor and compares only, bit for bit the scalar
-    // code's. What the squeeze does not accept is redone by the scalar sampler from where
-    // the stream stands: the whole sample from block 0 when the first Poisson's proposal was
-    // not accepted, else the second Poisson from block 1. So every element reads exactly the
-    // scalar path's bits.
+    // from the vector Philox, and the proposals are decided in plain loops that the compiler
+    // vectorises, bit for bit the scalar code's operations (+, -, *, /, fabs, floor, compares
+    // and detmath's branch-free log): first the cheap squeeze (us >= 0.07 and v <= v_r,
+    // accepting about 74% of the proposals), then, for the proposals it leaves that are not
+    // rejected outright (gathered into a short list first, so that the vector loop works on
+    // them only), the full acceptance test. What is still not accepted (a rejected proposal,
+    // or one the vector test cannot decide) is redone by the scalar sampler from where the
+    // stream stands: the whole sample from block 0 when the first Poisson's proposal was not
+    // accepted, else the second Poisson from block 1. So every element reads exactly the scalar
+    // path's bits.
     static void skellam_ptrs_batch(uint64_t seed, const dprec::noise::PoissonParams& p, uint64_t first,
                                    int64_t* out) {
         namespace nz = dprec::noise;
+        namespace dm = dprec::detmath;
         constexpr int N = kUnroll;
         constexpr int B = N * L;
-        uint32_t w[2][4][B];  // w[block][word][element]
+        constexpr int P = 2 * B;  // proposals: two per element
+        uint32_t w[2][4][B];      // w[block][word][element]
         for (uint32_t block = 0; block < 2; ++block) {
             U x[N][4];
             philox_elements<N>(block, static_cast<uint32_t>(first), static_cast<uint32_t>(first >> 32), seed, x);
             for (int v = 0; v < N; ++v)
                 for (int j = 0; j < 4; ++j) S::storeu(&w[block][j][v * L], x[v][j]);
         }
-        double k[2][B];
-        bool accepted[2][B];
-        const double two_a = 2.0 * p.a;
+        // The parameters as locals: the loops store to double arrays, which could alias p's
+        // members and keep the compiler from vectorising.
+        const double lam = p.lam, a = p.a, b = p.b, v_r = p.v_r, two_a = 2.0 * p.a;
+        const double log_lam = p.log_lam, log_inv_alpha = p.log_inv_alpha;
+        double k[2][B], us[2][B], v[2][B];
+        // Flags as 64-bit integers, the width of the doubles: GCC vectorises the loops below
+        // with 8-bit bool flags for neither AVX2 nor AVX-512F.
+        uint64_t accepted[2][B], test[2][B];
         for (int block = 0; block < 2; ++block)
             for (int e = 0; e < B; ++e) {
                 // uniform01 of the word pairs (0, 1) and (2, 3); w >> 6 < 2^26 converts exactly
@@ -398,11 +408,49 @@ struct GenericKernels {
                 const double mv = static_cast<double>(static_cast<int32_t>(w[block][2][e] >> 6)) * 0x1p26 +
                                   static_cast<double>(static_cast<int32_t>(w[block][3][e] >> 6));
                 const double u = (mu + 0.5) * 0x1p-52 - 0.5;
-                const double v = (mv + 0.5) * 0x1p-52;
-                const double us = 0.5 - std::fabs(u);
-                k[block][e] = std::floor((((two_a / us + p.b) * u) + p.lam) + 0.43);
-                accepted[block][e] = (us >= 0.07) & (v <= p.v_r);
+                const double ve = (mv + 0.5) * 0x1p-52;
+                const double use = 0.5 - std::fabs(u);
+                const double ke = dm::floor_branchless((((two_a / use + b) * u) + lam) + 0.43);
+                const uint64_t squeeze = uint64_t(use >= 0.07) & uint64_t(ve <= v_r);
+                const uint64_t reject = uint64_t(ke < 0.0) | uint64_t(ke >= 0x1p53) |
+                                        (uint64_t(use < 0.013) & uint64_t(ve > use));
+                k[block][e] = ke;
+                us[block][e] = use;
+                v[block][e] = ve;
+                accepted[block][e] = squeeze;
+                test[block][e] = (squeeze | reject) ^ 1u;
             }
+        // The proposals for the full test, packed (branch-free: every proposal is written, the
+        // count advances over the ones that need it), with log k! from the table for k < 16,
+        // then padded to whole vectors with a harmless proposal.
+        double tk[P + L], tus[P + L], tv[P + L], tfact[P + L];
+        int slot[P + L];
+        int n = 0;
+        for (int block = 0; block < 2; ++block)
+            for (int e = 0; e < B; ++e) {
+                const double ke = k[block][e];
+                tk[n] = ke;
+                tus[n] = us[block][e];
+                tv[n] = v[block][e];
+                tfact[n] = ke >= 0.0 && ke < dm::kStirlingFrom ? p.log_fact.v[static_cast<int>(ke)] : 0.0;
+                slot[n] = block * B + e;
+                n += static_cast<int>(test[block][e]);
+            }
+        const int n_vec = (n + L - 1) / L * L;
+        for (int i = n; i < n_vec; ++i) {
+            tk[i] = 2.0 * dm::kStirlingFrom;
+            tus[i] = 0.25;
+            tv[i] = 0.5;
+            tfact[i] = 0.0;
+        }
+        uint64_t ok[P + L];
+        for (int i = 0; i < n_vec; ++i) {
+            bool decided;
+            const bool accept = nz::ptrs_accept_branchless(lam, log_lam, a, b, log_inv_alpha, tk[i], tus[i], tv[i],
+                                                            tfact[i], &decided);
+            ok[i] = uint64_t(accept) & uint64_t(decided);
+        }
+        for (int i = 0; i < n; ++i) accepted[slot[i] / B][slot[i] % B] = ok[i];
         for (int e = 0; e < B; ++e) {
             if (accepted[0][e]) {
                 double second = k[1][e];
