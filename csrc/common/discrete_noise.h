@@ -76,6 +76,16 @@ struct BitReader {
           cache(0),
           buf{} {}
 
+    // The same reader with block 0 already at hand (computed by the caller, e.g. for several
+    // elements at once): the same bits as the constructor above.
+    DPREC_HD BitReader(uint64_t seed, uint64_t index, const Block4& block0)
+        : id{seed, static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), kDomainNoise},
+          block(1),
+          pos(0),
+          avail(0),
+          cache(0),
+          buf(block0) {}
+
     // The next two words, the first in the high half.
     DPREC_HD uint64_t next_pair() {
         if (pos == 4) {
@@ -106,6 +116,20 @@ struct BitReader {
     }
 
     DPREC_HD uint32_t take(int n) { return static_cast<uint32_t>(take64(n)); }  // 1 <= n <= 32
+
+    // The next n bits, 1 <= n <= 64, without taking them: when the cache holds fewer, the
+    // next word pair is looked at where next_pair would find it (a spent buffer is refilled
+    // with the next block now rather than at the next take: the same state either way).
+    DPREC_HD uint64_t peek(int n) {
+        if (n <= avail) return cache >> (64 - n);
+        if (pos == 4) {
+            buf = philox_block(id, block);
+            ++block;
+            pos = 0;
+        }
+        const uint64_t w = (static_cast<uint64_t>(buf.w[pos]) << 32) | buf.w[pos + 1];
+        return (cache | (w >> avail)) >> (64 - n);  // avail < n <= 64; the cache's low bits are zero
+    }
 
     DPREC_HD bool bit() { return take64(1) != 0; }
 };
@@ -201,6 +225,70 @@ DPREC_INLINE bool bernoulli_exp_minus_one(BitReader& r) {
     return (k & 1u) != 0;
 }
 
+// The number of True results of bernoulli_exp_minus_one before the first False (a geometric
+// count, CKS Algorithm 2's V), read off a table of the next kGeoBits bits when the loop ends
+// within them (908 of the 1024 patterns, probability 0.89): the same bits taken, and a load and
+// a take in place of the loop's hard-to-predict branches. The table is built by running the loop on every bit
+// pattern at compile time. Device code keeps the loop.
+constexpr int kGeoBits = 10;
+
+struct GeoTable {
+    uint8_t e[1 << kGeoBits];  // (bits taken) << 4 | count, or 0: the loop needs more bits
+};
+
+constexpr GeoTable make_geo_table() {
+    GeoTable t{};
+    for (uint32_t x = 0; x < (1u << kGeoBits); ++x) {
+        int pos = 0;  // bits of x taken
+        uint32_t count = 0;
+        bool ended = false;
+        bool short_of_bits = false;
+        while (!ended && !short_of_bits) {
+            uint32_t k = 1;  // one bernoulli_exp_minus_one: K = 1; while uniform_below(K) == 0: K += 1
+            for (;;) {
+                int nbits = 0;
+                while ((k - 1) >> nbits) ++nbits;
+                uint32_t u = 0;
+                bool got = nbits == 0;
+                while (!got) {
+                    if (pos + nbits > kGeoBits) break;
+                    u = (x >> (kGeoBits - pos - nbits)) & ((1u << nbits) - 1u);
+                    pos += nbits;
+                    got = u < k;
+                }
+                if (!got) {
+                    short_of_bits = true;
+                    break;
+                }
+                if (u != 0) break;
+                ++k;
+            }
+            if (short_of_bits) break;
+            if ((k & 1u) != 0) {
+                ++count;
+            } else {
+                ended = true;
+            }
+        }
+        t.e[x] = ended ? static_cast<uint8_t>((pos << 4) | static_cast<int>(count)) : uint8_t(0);
+    }
+    return t;
+}
+
+DPREC_INLINE uint64_t geometric_count(BitReader& r) {
+#if !defined(__CUDA_ARCH__)
+    static constexpr GeoTable kTable = make_geo_table();
+    const uint8_t e = kTable.e[r.peek(kGeoBits)];
+    if (e != 0) {
+        r.take64(e >> 4);
+        return e & 15u;
+    }
+#endif
+    uint64_t v = 0;
+    while (bernoulli_exp_minus_one(r)) ++v;
+    return v;
+}
+
 // Bernoulli(exp(-num/den)) for any num >= 0, den >= 1: q = num / den rounds of exp(-1), then
 // exp(-(num mod den)/den); False outright when q >= 2^64 (probability < exp(-2^64)).
 // q >= 2^64 iff floor(num / 2^64) >= den. The quotient is then found by subtracting den once
@@ -269,8 +357,7 @@ DPREC_INLINE void discrete_laplace(BitReader& r, uint64_t t, U* mag, bool* neg) 
     for (;;) {
         const uint64_t u = uniform_below(r, t);
         if (!bernoulli_exp_le1(r, u, t)) continue;  // u < t
-        uint64_t v = 0;
-        while (bernoulli_exp_minus_one(r)) ++v;
+        const uint64_t v = geometric_count(r);
         const U y = U::mul64(t, v) + U::make(0, u);
         const bool b = bernoulli_half(r);
         if (b && y == U::make(0, 0)) continue;

@@ -80,8 +80,14 @@ struct KernelTable {
     // element begin + j for j < n, N_Z(0, sigma^2) (0 < sigma <= 2^24) and Poisson(variance/2) -
     // Poisson(variance/2) (0 < variance <= 2^48). The same bits on every ISA and for any split
     // of [0, total) into calls.
-    void (*discrete_gaussian)(uint64_t seed, double sigma, uint64_t begin, uint64_t n, int64_t* out);
+    // block0, when not null, holds block 0 of the elements' streams as noise_block0 writes it
+    // (a speed choice only: the samplers compute it themselves otherwise).
+    void (*discrete_gaussian)(uint64_t seed, double sigma, uint64_t begin, uint64_t n, const uint32_t* block0,
+                              int64_t* out);
     void (*skellam)(uint64_t seed, double variance, uint64_t begin, uint64_t n, int64_t* out);
+    // Block 0 of the noise streams (domain 5) of elements first .. first + n - 1: out[4j .. 4j + 3]
+    // are element first + j's four words.
+    void (*noise_block0)(uint64_t seed, uint64_t first, uint64_t n, uint32_t* out);
 };
 
 const KernelTable* kernel_table_baseline();

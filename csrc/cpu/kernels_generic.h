@@ -329,8 +329,17 @@ struct GenericKernels {
     // for them (e.g. roundsd for floor from AVX on). IEEE operations round the same way on
     // every ISA and the project compiles without FMA contraction, so the bits do not change.
 
-    static void discrete_gaussian(uint64_t seed, double sigma, uint64_t begin, uint64_t n, int64_t* out) {
+    static void discrete_gaussian(uint64_t seed, double sigma, uint64_t begin, uint64_t n, const uint32_t* block0,
+                                  int64_t* out) {
         const auto p = dprec::noise::gaussian_params<dprec::U128>(sigma);
+        if (block0 != nullptr) {
+            for (uint64_t j = 0; j < n; ++j) {
+                const dprec::Block4 b{{block0[4 * j], block0[4 * j + 1], block0[4 * j + 2], block0[4 * j + 3]}};
+                dprec::noise::BitReader r(seed, begin + j, b);
+                out[j] = dprec::noise::discrete_gaussian(r, p);
+            }
+            return;
+        }
         for (uint64_t j = 0; j < n; ++j) {
             dprec::noise::BitReader r(seed, begin + j);
             out[j] = dprec::noise::discrete_gaussian(r, p);
@@ -361,6 +370,28 @@ struct GenericKernels {
             }
             k0 += dprec::kPhiloxW0;
             k1 += dprec::kPhiloxW1;
+        }
+    }
+
+    // Block 0 of the noise streams of elements first .. first + n - 1, kUnroll L elements at a
+    // time by the vector Philox (lanes are elements), the rest and any batch across a group
+    // boundary by the scalar one.
+    static void noise_block0(uint64_t seed, uint64_t first, uint64_t n, uint32_t* out) {
+        constexpr uint64_t B = static_cast<uint64_t>(kUnroll) * L;
+        uint64_t j = 0;
+        for (; j + B <= n; j += B) {
+            const uint64_t e0 = first + j;
+            if ((e0 >> 32) != ((e0 + B - 1) >> 32)) break;
+            U x[kUnroll][4];
+            philox_elements<kUnroll>(0, static_cast<uint32_t>(e0), static_cast<uint32_t>(e0 >> 32), seed, x);
+            for (int v = 0; v < kUnroll; ++v) S::store4u(out + 4 * (j + v * L), x[v][0], x[v][1], x[v][2], x[v][3]);
+        }
+        for (; j < n; ++j) {
+            const uint64_t e = first + j;
+            const dprec::StreamId id{seed, static_cast<uint32_t>(e), static_cast<uint32_t>(e >> 32),
+                                     dprec::kDomainNoise};
+            const dprec::Block4 b = dprec::philox_block(id, 0);
+            for (int w = 0; w < 4; ++w) out[4 * j + w] = b.w[w];
         }
     }
 
@@ -497,7 +528,8 @@ struct GenericKernels {
                                                  &sketch_gather<float>,      &sketch_gather<double>,
                                                  &sort_columns_f64,
                                                  &all_finite<float>,         &all_finite<double>,
-                                                 &discrete_gaussian,         &skellam};
+                                                 &discrete_gaussian,         &skellam,
+                                                 &noise_block0};
         return &t;
     }
 };

@@ -43,7 +43,7 @@ using dprec::StreamId;
 using dprec::cpu::KernelTable;
 
 // Every entry of KernelTable is exercised below; a new entry must be added here too.
-static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 21 * sizeof(void (*)()),
+static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 22 * sizeof(void (*)()),
               "KernelTable changed: test the new entries in tests/native/isa_identity.cpp");
 
 namespace {
@@ -570,10 +570,21 @@ void check_noise(const KernelTable& b, const KernelTable& t) {
                 }
             }
             if (n > 200) continue;  // the Gaussian is the slow one
+            // Block 0 of the streams: the same words on every ISA, and the Gaussian given them
+            // (from either table) the same as without them.
+            std::vector<uint32_t> w0(4 * n + 4, 7), w1(4 * n + 4, 7);
+            b.noise_block0(0x5eedull, begin, n, w0.data());
+            t.noise_block0(0x5eedull, begin, n, w1.data());
+            expect_same(t.name, fmt("noise_block0(begin=%" PRIu64 ", n=%zu)", begin, n), w0.data(), w1.data(),
+                        4 * n + 4);
             for (double sigma : kNoiseSigmas) {
-                b.discrete_gaussian(0x5eedull, sigma, begin, n, e.data());
-                t.discrete_gaussian(0x5eedull, sigma, begin, n, g.data());
+                b.discrete_gaussian(0x5eedull, sigma, begin, n, nullptr, e.data());
+                t.discrete_gaussian(0x5eedull, sigma, begin, n, nullptr, g.data());
                 expect_same(t.name, fmt("discrete_gaussian(sigma=%a, begin=%" PRIu64 ", n=%zu)", sigma, begin, n),
+                            e.data(), g.data(), n + 1);
+                t.discrete_gaussian(0x5eedull, sigma, begin, n, w1.data(), g.data());
+                expect_same(t.name,
+                            fmt("discrete_gaussian block0(sigma=%a, begin=%" PRIu64 ", n=%zu)", sigma, begin, n),
                             e.data(), g.data(), n + 1);
             }
         }
@@ -747,7 +758,7 @@ std::vector<Digest> digests(const KernelTable& b, const KernelTable& t) {
             h.add(x.data(), x.size());
         }
         for (double sigma : kNoiseSigmas) {
-            t.discrete_gaussian(0xd15c0ull, sigma, 123, 1000, x.data());
+            t.discrete_gaussian(0xd15c0ull, sigma, 123, 1000, nullptr, x.data());
             h.add(x.data(), 1000);
         }
         out.push_back({"noise", h.h});
