@@ -661,13 +661,7 @@ def mean_estimation(pipe: secagg.DistributedPipeline, xs: np.ndarray, rng: np.ra
     closed = pipe.noise_mse() + pipe.rounding_mse(rounding_variance)
     sk = pipe.sketch
     if sk is not None:
-        total = np.zeros(sk.shape)
-        for x in xs:
-            t = np.asarray(sk.encode(x))
-            norm = float(np.linalg.norm(t))
-            if norm > pipe.sensitivity_clip:
-                t = t * (pipe.sensitivity_clip / norm)
-            total += t
+        total = sum(pipe.clip_and_sketch(x) for x in xs).reshape(sk.shape)
         closed += float(np.sum((np.asarray(sk.decode(total)) / n - mu) ** 2))
     return measured, closed
 

@@ -37,14 +37,8 @@ def _clients(seed: int) -> np.ndarray:
 
 def _noiseless_sketch_estimate(pipe: secagg.DistributedPipeline, xs: np.ndarray) -> np.ndarray:
     """What the sketch alone gives: the decode of the sum of the clients' (re-clipped) sketches."""
-    total = np.zeros(pipe.sketch.shape)
-    for x in xs:
-        t = np.asarray(pipe.sketch.encode(x))
-        norm = np.linalg.norm(t)
-        if norm > pipe.sensitivity_clip:
-            t = t * (pipe.sensitivity_clip / norm)
-        total += t
-    return np.asarray(pipe.sketch.decode(total)) / len(xs)
+    total = sum(pipe.clip_and_sketch(x) for x in xs)
+    return np.asarray(pipe.sketch.decode(total.reshape(pipe.sketch.shape))) / len(xs)
 
 
 def run_mean_estimation(cls, *, sketch=None, bits=20, target_epsilon=2.0, seed=7):

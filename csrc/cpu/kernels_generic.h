@@ -20,6 +20,20 @@ struct GenericKernels {
     // Vectors of blocks per step of the vector loops.
     static constexpr int kUnroll = S::kUnroll;
 
+    // One Philox4x32 round of the counters x[v] (v < N) under the round key (k0, k1).
+    template <int N>
+    static void philox_round(U (&x)[N][4], uint32_t k0, uint32_t k1) {
+        for (int v = 0; v < N; ++v) {
+            U h0, l0, h1, l1;
+            S::mulhilo(x[v][0], dprec::kPhiloxM0, &h0, &l0);
+            S::mulhilo(x[v][2], dprec::kPhiloxM1, &h1, &l1);
+            x[v][0] = S::bxor(S::bxor(h1, x[v][1]), S::set1(k0));
+            x[v][1] = l1;
+            x[v][2] = S::bxor(S::bxor(h0, x[v][3]), S::set1(k1));
+            x[v][3] = l0;
+        }
+    }
+
     // Philox4x32-10 of blocks block0 + v L + l (v < N, l < L) into w[v][0..3]. Counter
     // words 1..3 are the same in every lane, so the first round's second product is a scalar.
     template <int N>
@@ -44,15 +58,7 @@ struct GenericKernels {
             for (int round = 1; round < dprec::kPhiloxRounds; ++round) {
                 k0 += dprec::kPhiloxW0;
                 k1 += dprec::kPhiloxW1;
-                for (int v = 0; v < N; ++v) {
-                    U h0, l0, h1, l1;
-                    S::mulhilo(x[v][0], dprec::kPhiloxM0, &h0, &l0);
-                    S::mulhilo(x[v][2], dprec::kPhiloxM1, &h1, &l1);
-                    x[v][0] = S::bxor(S::bxor(h1, x[v][1]), S::set1(k0));
-                    x[v][1] = l1;
-                    x[v][2] = S::bxor(S::bxor(h0, x[v][3]), S::set1(k1));
-                    x[v][3] = l0;
-                }
+                philox_round<N>(x, k0, k1);
             }
             for (int v = 0; v < N; ++v)
                 for (int j = 0; j < 4; ++j) w[v][j] = x[v][j];
@@ -359,15 +365,7 @@ struct GenericKernels {
             x[v][3] = S::set1(dprec::kDomainNoise);
         }
         for (int round = 0; round < dprec::kPhiloxRounds; ++round) {
-            for (int v = 0; v < N; ++v) {
-                U h0, l0, h1, l1;
-                S::mulhilo(x[v][0], dprec::kPhiloxM0, &h0, &l0);
-                S::mulhilo(x[v][2], dprec::kPhiloxM1, &h1, &l1);
-                x[v][0] = S::bxor(S::bxor(h1, x[v][1]), S::set1(k0));
-                x[v][1] = l1;
-                x[v][2] = S::bxor(S::bxor(h0, x[v][3]), S::set1(k1));
-                x[v][3] = l0;
-            }
+            philox_round<N>(x, k0, k1);
             k0 += dprec::kPhiloxW0;
             k1 += dprec::kPhiloxW1;
         }

@@ -70,11 +70,24 @@ def check_modulus_bits(bits: Any, name: str = "bits") -> int:
     return check_int(bits, name, 1, 64)
 
 
-def check_positive(value: Any, name: str) -> float:
-    """A finite real number > 0."""
+def check_real(value: Any, name: str) -> float:
+    """``value`` as a float; TypeError naming ``name`` unless it is a real number (bool is not)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
+    return float(value)
+
+
+def check_finite(value: Any, name: str) -> float:
+    """A finite real number (TypeError for non-reals, ValueError for NaN and infinities)."""
+    v = check_real(value, name)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite real number > 0."""
+    v = check_real(value, name)
     if not math.isfinite(v) or v <= 0.0:
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
     return v

@@ -26,15 +26,13 @@ producers), on their device and stream, with results in the caller's framework t
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _arrays, _dispatch
-from .._validation import check_int, check_modulus_bits
+from .._validation import check_finite, check_int, check_modulus_bits
 from ..reference.modular import storage_dtype as _storage_dtype
 
 __all__ = ["ModularAccumulator", "centered_lift", "modular_reduce", "modular_sum", "storage_dtype"]
@@ -153,7 +151,7 @@ def centered_lift(x: Any, bits: Any, *, scale: Any = None, dtype: Any = None, ba
     bits = check_modulus_bits(bits)
     factor = 1.0
     if scale is not None:
-        factor = _finite_scale(scale)
+        factor = check_finite(scale, "scale")
     out_dtype = _lift_dtype(dtype, scale)
     if out_dtype == "int64" and factor != 1.0:
         raise ValueError(f"scale must be None or 1 for an int64 result, got {scale!r}; ask for dtype='float64'")
@@ -244,15 +242,6 @@ class ModularAccumulator:
 
 
 # ---- internals -----------------------------------------------------------------------------
-
-
-def _finite_scale(scale: Any) -> float:
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (numbers.Real, np.floating, np.integer)):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    v = float(scale)
-    if not math.isfinite(v):
-        raise ValueError(f"scale must be finite, got {scale!r}")
-    return v
 
 
 def _lift_dtype(dtype: Any, scale: Any) -> str:

@@ -26,13 +26,12 @@ refused.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
 
 from .. import _arrays, _dispatch
-from .._validation import check_int, private_seed
+from .._validation import check_int, check_real, private_seed
 from ..constants import MAX_DISCRETE_GAUSSIAN_SIGMA, MAX_NOISE_SAMPLES, MAX_SKELLAM_VARIANCE
 
 __all__ = [
@@ -46,9 +45,7 @@ __all__ = [
 
 def _check_scale(value: Any, name: str, limit: float, limit_text: str) -> float:
     """A real number in (0, limit] as float; TypeError for bool and non-reals, ValueError else."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
+    v = check_real(value, name)
     if not (math.isfinite(v) and 0.0 < v <= limit):
         raise ValueError(f"{name} must be finite, > 0 and <= {limit_text}, got {value!r}")
     return v

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 from typing import Any, Optional
 
 import numpy as np
 from scipy.special import erfcinv
 
 from .. import _arrays
-from .._validation import check_int, check_positive, check_seed
+from .._validation import check_int, check_positive, check_real, check_seed
 from ..accounting import discrete as _acct
 from ..hadamard import RandomizedHadamard
 from ..sketch import CountSketch
@@ -53,9 +52,7 @@ MAX_INTEGER_NOISE_STDDEV = float(2**24)
 
 def _check_real(value: Any, name: str, upper: float = math.inf) -> float:
     """A real number in ``[0, upper)`` (finite)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
+    v = check_real(value, name)
     if not (0.0 <= v < upper and math.isfinite(v)):
         raise ValueError(f"{name} must be in [0, {upper}), got {value!r}")
     return v
@@ -472,8 +469,11 @@ class DistributedPipeline:
 
     # ---- client ------------------------------------------------------------------------
 
-    def prepare(self, x: Any) -> np.ndarray:
-        """Clip, sketch (and re-clip), rotate and scale: the real vector the client rounds (float64)."""
+    def clip_and_sketch(self, x: Any) -> np.ndarray:
+        """The vector whose L2 norm the mechanism bounds (float64, ``rows * cols`` or ``dim`` values):
+        ``x`` clipped to ``clip``, then, with a sketch, its count-sketch re-clipped to
+        :attr:`sensitivity_clip`. Linear in ``x`` until a clip binds, so the sum over clients of
+        this vector is what the server's decode estimates."""
         v = _to_host_float64(x, "x")
         if v.size != self._dim:
             raise ValueError(f"x must have {self._dim} elements, got {v.size}")
@@ -485,7 +485,11 @@ class DistributedPipeline:
             norm = float(np.linalg.norm(v))
             if norm > self._sensitive_clip:
                 v *= self._sensitive_clip / norm
-        y = np.asarray(self._rotation.forward(v), dtype=np.float64)
+        return v
+
+    def prepare(self, x: Any) -> np.ndarray:
+        """:meth:`clip_and_sketch`, rotated and scaled: the real vector the client rounds (float64)."""
+        y = np.asarray(self._rotation.forward(self.clip_and_sketch(x)), dtype=np.float64)
         y *= self.scale
         return y
 

@@ -29,14 +29,13 @@ back.
 from __future__ import annotations
 
 import math
-import numbers
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from .. import _arrays, _dispatch
-from .._validation import check_int, check_integer, check_u32, private_seed
+from .._validation import check_finite, check_int, check_integer, check_u32, private_seed
 
 __all__ = ["conditional_round", "randomized_round", "rounding_norm_bound", "MAX_ROUND_ELEMENTS"]
 
@@ -86,13 +85,13 @@ def rounding_norm_bound(norm: Any, dim: Any, beta: Any) -> float:
     -------
     float
     """
-    c = _real(norm, "norm")
+    c = check_finite(norm, "norm")
     if c < 0.0:
         raise ValueError(f"norm must be finite and >= 0, got {norm!r}")
     d = check_integer(dim, "dim")
     if d < 1:
         raise ValueError(f"dim must be at least 1, got {d}")
-    b = _real(beta, "beta")
+    b = check_finite(beta, "beta")
     if not 0.0 <= b < 1.0:
         raise ValueError(f"beta must be in [0, 1), got {beta!r}")
     deterministic = c + math.sqrt(d)  # as a norm, not squared: no overflow for huge inputs
@@ -176,7 +175,7 @@ def conditional_round(
         The rounded vector and the number of attempts used (1 for ``norm_bound=None``).
     """
     if norm_bound is not None:
-        norm_bound = _real(norm_bound, "norm_bound")
+        norm_bound = check_finite(norm_bound, "norm_bound")
         if not 0.0 <= norm_bound < math.inf:
             raise ValueError(f"norm_bound must be finite and >= 0 (or None), got {norm_bound!r}")
     attempts = check_int(max_attempts, "max_attempts", 1, _MAX_ATTEMPTS)
@@ -184,15 +183,6 @@ def conditional_round(
 
 
 # ---- internals -----------------------------------------------------------------------------
-
-
-def _real(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v
 
 
 def _host_input(x: Any, backend: Any) -> tuple[Any, _arrays.Array]:
