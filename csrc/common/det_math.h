@@ -1,4 +1,5 @@
-// Deterministic float64 log, log1p, exp and log k! for the Skellam sampler (discrete_noise.h).
+// Deterministic float64 log, log1p, exp, expm1 (small arguments) and log k! for the Skellam sampler
+// (discrete_noise.h) and the QMGeo quantizer (cpu/qmgeo.cpp).
 //
 // The samplers must give the same bits as the Python reference (dprec/reference/noise.py),
 // which repeats every operation below in the same order. So: only + - * /, floor, frexp and
@@ -167,6 +168,21 @@ DPREC_INLINE double exp(double x) {
     double p = c[14];
     for (int i = 13; i >= 0; --i) p = p * r + c[i];
     return std::ldexp(p, static_cast<int>(fj));
+}
+
+// expm1(x) = exp(x) - 1 for |x| <= 1/4, without the cancellation of exp(x) - 1: the Taylor
+// series x (1 + x/2! + ... + x^13/14!) in Horner form, with exp's 1/j! constants (the first term
+// left out is below 3e-21 relative at |x| = 1/4). Used by the QMGeo quantizer (cpu/qmgeo.cpp)
+// for 1 - q^n when q^n is close to 1; dprec/reference/qmgeo.py repeats it.
+DPREC_INLINE double expm1_small(double x) {
+    constexpr double c[15] = {0x1.0000000000000p+0,  0x1.0000000000000p+0,  0x1.0000000000000p-1,
+                              0x1.5555555555555p-3,  0x1.5555555555555p-5,  0x1.1111111111111p-7,
+                              0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16,
+                              0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
+                              0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33, 0x1.93974a8c07c9dp-37};  // 1/j!
+    double p = c[14];
+    for (int i = 13; i >= 1; --i) p = p * x + c[i];
+    return x * p;
 }
 
 // 1/(12x) - 1/(360x^3) + 1/(1260x^5) - 1/(1680x^7): the Stirling series of log x! after

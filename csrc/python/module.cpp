@@ -12,6 +12,7 @@ void bind_sketch(py::module_& m);
 void bind_secagg(py::module_& m);
 void bind_validation(py::module_& m);
 void bind_noise(py::module_& m);
+void bind_qmgeo(py::module_& m);
 }  // namespace dprec::bind
 
 PYBIND11_MODULE(_core, m) {
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
     dprec::bind::bind_secagg(m);
     dprec::bind::bind_validation(m);
     dprec::bind::bind_noise(m);
+    dprec::bind::bind_qmgeo(m);
 }

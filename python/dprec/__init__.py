@@ -19,6 +19,8 @@ dprec.sketch
 dprec.secagg
     Secure aggregation with distributed DP: exact discrete Gaussian and Skellam samplers,
     conditional rounding, arithmetic mod 2**bits (CPU and CUDA), the DDG and Skellam pipelines.
+dprec.qmgeo
+    The QMGeo stochastic quantizer (SPEC §5 corrected pmf): level indices and their values.
 dprec.philox
     The shared Philox4x32-10 stream and its normal transform (the randomness contract).
 dprec.cuda

@@ -63,3 +63,9 @@ def mod_sum(xs: _U32 | _U64, rows: int, cols: int, bits: int, accumulate: bool, 
 def mod_lift(
     x: _U32 | _U64, bits: int, scale: float, out: npt.NDArray[np.int64] | _F64 | _F32
 ) -> None: ...
+
+# -- QMGeo quantization (SPEC §5) -------------------------------------------------------------
+
+def qmgeo_quantize(
+    w: _F64, seed: int, group: int, w_max: float, levels: int, p: float, out: npt.NDArray[np.uint16]
+) -> None: ...

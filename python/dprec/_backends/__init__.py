@@ -118,6 +118,14 @@ class Kernels(Protocol):
         (the rule: :mod:`dprec.reference.rounding`); returns ``sum out**2`` (float64, in a fixed
         order). ``x`` is finite with ``|x| < 2**62`` (checked by the caller)."""
 
+    # -- QMGeo quantization (SPEC §5) -------------------------------------------------------------
+    def qmgeo_quantize(self, w: Array, seed: int, group: int, w_max: float, levels: int, p: float, out: Array) -> None:
+        """QMGeo level indices of float64 ``w`` (finite; clipped to ``[-w_max, w_max]``) into
+        uint16 ``out``, with the corrected pmf of SPEC §5, ``2 <= levels <= 2**16``,
+        ``2**-512 <= p <= 1``. Element ``j`` reads words ``2j, 2j+1`` of ``(seed, substream=0,
+        group, domain=4)`` (branch) and of substream 1 (offset); the rule is
+        :mod:`dprec.reference.qmgeo`. Host only (the CUDA backend refuses: client side)."""
+
     def mod_reduce(self, x: Array, bits: int, out: Array) -> None:
         """``out <- x mod 2**bits`` for int64 ``x``; ``out`` uint32 (bits <= 32) or uint64."""
 

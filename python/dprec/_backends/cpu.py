@@ -137,6 +137,10 @@ class CpuKernels(host.HostKernels):
         return float(_core().randomized_round(_flat(x), seed, attempt, group, _flat(out)))
 
     @staticmethod
+    def qmgeo_quantize(w: Array, seed: int, group: int, w_max: float, levels: int, p: float, out: Array) -> None:
+        _core().qmgeo_quantize(_flat(w), seed, group, w_max, levels, p, _flat(out))
+
+    @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
         _core().mod_reduce(_flat(x), bits, _flat(out))
 

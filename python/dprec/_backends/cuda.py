@@ -145,6 +145,13 @@ class CudaKernels:
         raise ValueError(_CLIENT_SIDE.format("conditional_round"))
 
     @staticmethod
+    def qmgeo_quantize(w: Array, seed: int, group: int, w_max: float, levels: int, p: float, out: Array) -> None:
+        raise ValueError(
+            "qmgeo_quantize is a client-side operation (private randomness, one client's vector): it runs on the "
+            "host (backend 'auto' with host arrays, 'cpu' or 'reference')"
+        )
+
+    @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
         raise ValueError(_CLIENT_SIDE.format("mod_reduce"))
 

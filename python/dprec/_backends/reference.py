@@ -11,6 +11,7 @@ from ..reference import hadamard as _hadamard
 from ..reference import modular as _modular
 from ..reference import noise as _noise
 from ..reference import philox as _philox
+from ..reference import qmgeo as _qmgeo
 from ..reference import rec as _rec
 from ..reference import rounding as _rounding
 from ..reference import sketch as _sketch
@@ -114,6 +115,10 @@ class ReferenceKernels(host.HostKernels):
         values, sum_sq = _rounding.randomized_round(x.host, seed, attempt, group)
         out.host[...] = values.reshape(out.host.shape)
         return sum_sq
+
+    @staticmethod
+    def qmgeo_quantize(w: Array, seed: int, group: int, w_max: float, levels: int, p: float, out: Array) -> None:
+        out.host[...] = _qmgeo.quantize(w.host, seed, group, w_max, levels, p).reshape(out.host.shape)
 
     @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:

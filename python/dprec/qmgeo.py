@@ -1,0 +1,169 @@
+"""QMGeo stochastic quantization (Wang and Gursoy; SPEC §5): the quantizer and its levels.
+
+:func:`quantize` maps each coordinate of ``w`` to one of ``R`` levels
+``Bin(j) = -w_max + 2 j w_max / (R - 1)`` at random, with the **corrected pmf of SPEC §5**, the
+pmf that :func:`dprec.accounting.qmgeo.qmgeo_pmf` defines and the accounting analyses: with
+``r = min(floor((w + w_max) / Delta), R - 2)``, ``Delta = 2 w_max / (R - 1)``,
+``theta = (w - Bin(r)) / Delta`` and ``q = 1 - p``, level ``j`` has probability
+``(1 - theta) p q^(r-j) / (1 - q^(r+1))`` for ``j <= r`` and
+``theta p q^(j-r-1) / (1 - q^(R-r-1))`` for ``j > r``. ``p = 1`` is plain (unbiased)
+stochastic rounding between ``Bin(r)`` and ``Bin(r+1)``; for ``p < 1`` the quantizer is biased
+towards the middle of the range (the geometric tails spread mass over all levels).
+:func:`dequantize` maps indices back to ``Bin(j)``.
+
+Design decisions (to be reviewed)
+---------------------------------
+* **Clipping.** Values outside ``[-w_max, w_max]`` are clipped to it (the paper's input domain)
+  rather than refused: a model update has outliers, and clipping is the quantizer's contract.
+  NaN and infinity are refused (SPEC §7), not clipped.
+* **Randomness.** One client-private 64-bit seed per call (:func:`dprec._validation.private_seed`:
+  OS entropy, or ``rng``), Philox domain 4 (SPEC §2). Element ``j`` reads words ``2j, 2j+1`` of
+  sub-stream 0 (the branch: down to a level ``<= r`` or up to one ``> r``) and the same words of
+  sub-stream 1 (the geometric offset within the branch), in Philox group ``group``. Nothing else,
+  so the result does not depend on the thread count. The seed is never returned.
+* **Exactness.** The branch is exact given ``theta`` (a 64-bit uniform against
+  ``floor(theta 2**64)``, as the SecAgg rounding does); the offset is a float64 inverse CDF with
+  the deterministic log/exp of ``csrc/common/det_math.h`` (each level's probability off by at most
+  about ``1e-15``). ``r`` and ``theta`` are float64, computed exactly as the accounting computes
+  them. Full statement: :mod:`dprec.reference.qmgeo`. The CPU kernel and the NumPy reference are
+  bit-identical.
+* **Output dtype.** uint16: ``R <= 2**16`` (the accounting's ``MAX_LEVELS``) so every index fits.
+* **literal=True** (the paper's eq. (9)-(11) as printed) raises NotImplementedError, see
+  :func:`quantize`.
+* **Host only.** Quantization is the client's step with private randomness, like the SecAgg
+  rounding: GPU arrays are refused (ValueError) rather than copied behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from . import _arrays, _dispatch
+from ._validation import check_int, check_positive, check_u32, private_seed
+
+__all__ = ["quantize", "dequantize", "MAX_LEVELS", "MAX_QUANTIZE_ELEMENTS", "MIN_P"]
+
+#: Most levels R: indices are uint16 (and the accounting's MAX_LEVELS is the same).
+MAX_LEVELS = 1 << 16
+#: Most elements of one call: two Philox words per element and sub-stream, 2**34 words per stream.
+MAX_QUANTIZE_ELEMENTS = 1 << 33
+#: Smallest p accepted (2**-512): keeps every float64 intermediate of the sampler a normal
+#: number. Any smaller p gives a geometric indistinguishable from uniform anyway.
+MIN_P = 2.0**-512
+
+_LITERAL_REASON = (
+    "literal=True (Wang and Gursoy's eqs. (9)-(11) as printed) is not implemented: the printed normalisers do not "
+    "define a distribution. Eq. (10) normalises p q^(k-1) on k = 1..r+1 by 1 - q^r, so its mass sums to "
+    "(1 - q^(r+1)) / (1 - q^r) > 1 for r >= 1 and it divides by zero at r = 0; eq. (11) likewise uses 1 - q^(R-r-2) "
+    "on R-r-1 values and divides by zero at r = R-2. Repairing the normalisers while keeping eq. (9)'s swapped "
+    "branch weights would give a quantizer that sends w = Bin(r) above Bin(r) with probability 1, which neither the "
+    "paper's analysis nor dprec.accounting.qmgeo describes. Use the corrected pmf (literal=False, SPEC §5)."
+)
+
+
+def quantize(
+    w: Any,
+    w_max: Any,
+    levels: Any,
+    p: Any,
+    *,
+    rng: np.random.Generator | None = None,
+    literal: bool = False,
+    group: int = 0,
+    backend: str = "auto",
+) -> np.ndarray:
+    """QMGeo level indices of ``w`` (SPEC §5 corrected pmf; see the module notes).
+
+    Parameters
+    ----------
+    w : array_like
+        Host floating-point values (NumPy, a PyTorch CPU tensor, anything ``numpy.asarray``
+        takes), any shape, ``1 .. 2**33`` elements. float16, bfloat16 and float32 are converted
+        to float64 (exactly). Values outside ``[-w_max, w_max]`` are **clipped** to it. Integer
+        arrays are refused (TypeError), NaN and infinity too (ValueError naming ``w``), and so are
+        GPU arrays (ValueError: quantization is the client's host-side step).
+    w_max : float
+        The clipping bound ``Wmax``, finite and > 0.
+    levels : int
+        ``R``, the number of levels, ``2 <= R <= 2**16``.
+    p : float
+        The geometric success probability, ``2**-512 <= p <= 1``; ``p = 1`` is plain
+        stochastic rounding (unbiased), smaller ``p`` spreads more mass to far levels.
+    rng : numpy.random.Generator, optional
+        Where the private seed comes from (tests, reproducible runs); by default the OS entropy
+        source. The seed is never returned.
+    literal : bool
+        ``True`` asks for the paper's eq. (9)-(11) as printed: NotImplementedError, because the
+        printed normalisers do not define a distribution (the message says why).
+    group : int
+        Philox group id (< 2**32), e.g. the tensor number when one seed serves several calls.
+    backend : {"auto", "cpu", "reference"}
+
+    Returns
+    -------
+    numpy.ndarray of uint16, the shape of ``w``
+        Level indices ``j`` in ``[0, R)``; :func:`dequantize` gives ``Bin(j)``.
+    """
+    if not isinstance(literal, (bool, np.bool_)):
+        raise TypeError(f"literal must be a bool, got {type(literal).__name__}")
+    group = check_u32(group, "group")
+    w_max = check_positive(w_max, "w_max")
+    levels = check_int(levels, "levels", 2, MAX_LEVELS)
+    p = _probability(p, "p")
+    if literal:
+        raise NotImplementedError(_LITERAL_REASON)
+    a = _arrays.read(w, "w")
+    kernels = _dispatch.select_host(backend, a, "w", "QMGeo quantization")
+    src = _arrays.float_input(a, "w", max_size=MAX_QUANTIZE_ELEMENTS)
+    if src.dtype != "float64":
+        src = _arrays.convert(src, "float64")  # float16/32 -> float64 is exact
+    seed = private_seed(rng)  # after validation: a refused call draws nothing from rng
+    out = _arrays.empty(src, src.shape, "uint16")
+    kernels.qmgeo_quantize(src, seed, group, w_max, levels, p, out)
+    return out.result()
+
+
+def dequantize(indices: Any, w_max: Any, levels: Any) -> np.ndarray:
+    """The levels ``Bin(j) = -w_max + j * (2 w_max / (R - 1))`` of the indices ``j`` (float64).
+
+    Computed exactly as :func:`dprec.accounting.qmgeo.qmgeo_pmf` places its levels (so
+    ``Bin(0) = -w_max``; ``Bin(R-1)`` is ``w_max`` up to float64 rounding).
+
+    Parameters
+    ----------
+    indices : array_like of integers
+        Level indices in ``[0, R)`` (any integer dtype, any shape, host memory); floating-point
+        or boolean arrays are refused (TypeError), indices out of range too (ValueError).
+    w_max : float
+        The clipping bound used by :func:`quantize`, finite and > 0.
+    levels : int
+        ``R``, ``2 <= R <= 2**16``.
+
+    Returns
+    -------
+    numpy.ndarray of float64, the shape of ``indices``
+    """
+    w_max = check_positive(w_max, "w_max")
+    levels = check_int(levels, "levels", 2, MAX_LEVELS)
+    if _arrays.is_gpu_array(indices):
+        raise ValueError("indices is a GPU array, but dequantize runs on the host; copy it to the host first")
+    j = _arrays.to_numpy(indices, "indices")
+    if j.dtype.kind not in "iu":
+        raise TypeError(f"indices must be an integer array, got dtype {j.dtype}")
+    if j.size and (int(j.min()) < 0 or int(j.max()) >= levels):
+        raise ValueError(f"indices must be in [0, levels) = [0, {levels}), got values in [{j.min()}, {j.max()}]")
+    step = 2.0 * w_max / (levels - 1)
+    return -w_max + j.astype(np.float64) * step
+
+
+def _probability(value: Any, name: str) -> float:
+    """A real number in ``[MIN_P, 1]``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if not MIN_P <= v <= 1.0:  # NaN fails too
+        raise ValueError(f"{name} must be in [2**-512, 1] (a probability), got {value!r}")
+    return v

@@ -1,0 +1,170 @@
+"""Pure-NumPy QMGeo quantizer (Wang and Gursoy; SPEC §5 corrected pmf; SPEC §2 domain 4).
+
+This module is the executable definition of the quantizer; the native kernel
+(``csrc/cpu/qmgeo.cpp``) repeats its float64 operations in the same order, and the two are
+bit-identical for every input.
+
+The pmf
+-------
+Levels ``Bin(j) = -w_max + j * step``, ``step = 2 w_max / (R - 1)``, ``j = 0 .. R-1``, q = 1 - p.
+For ``c = clip(w, -w_max, w_max)``: ``r = min(floor((c + w_max) / step), R - 2)`` and
+``theta = clip((c - Bin(r)) / step, 0, 1)`` (the clip only absorbs float64 rounding), computed
+with exactly the operations of :func:`dprec.accounting.qmgeo.qmgeo_log_pmf`. Output ``j`` has
+probability ``(1 - theta) p q^(r-j) / (1 - q^(r+1))`` for ``j <= r`` and
+``theta p q^(j-r-1) / (1 - q^(R-r-1))`` for ``j > r``. It is sampled in two steps: a *branch*
+(down, to a level ``<= r``, with probability ``1 - theta``; up otherwise) and an *offset*
+``k >= 0`` within the branch, a geometric truncated to ``count`` values, ``P(k) ~ q^k``
+(``count = r + 1`` down, ``R - r - 1`` up); the output is ``r - k`` or ``r + 1 + k``.
+
+Randomness layout (fixed; part of the contract)
+-----------------------------------------------
+One client-private 64-bit seed per call. Element ``j`` reads words ``2j`` and ``2j + 1`` of two
+Philox streams ``(seed, substream s, group, domain 4)``: ``s = 0`` gives the branch word
+``u0 = (w[2j] << 32) | w[2j+1]``, ``s = 1`` the offset word ``u1`` formed the same way. Nothing
+else is read, so the result of element ``j`` does not depend on the other elements, on chunking
+or on the thread count. (With ``p = 1`` sub-stream 1 is not read at all.)
+
+What is exact and what is float64-rounded
+-----------------------------------------
+* ``r`` and ``theta`` are float64 computations from ``w`` (as in the accounting's pmf).
+* The branch is exact given ``theta``: up iff ``theta >= 1`` or ``u0 < floor(theta 2**64)``,
+  so ``P(up) = floor(theta 2**64) / 2**64``, i.e. ``theta`` exactly when ``theta`` is a multiple
+  of ``2**-64`` (always when ``theta >= 2**-11``), else below it by less than ``2**-64``.
+* The offset is the inverse CDF in float64:
+  ``k = trunc(min(log1p(-v t) / log q, count - 1))`` with ``v = (2 (u1 >> 12) + 1) 2**-53``
+  (52 random bits, exact, in (0, 1)), ``t = 1 - q^count``, and ``log``, ``log1p``, ``exp`` and
+  ``expm1`` the deterministic float64 functions of ``csrc/common/det_math.h`` (about 1 ulp;
+  no libm). In exact arithmetic ``k`` would have the truncated geometric law exactly (up to the
+  ``2**-52`` grid of ``v``); in float64 each CDF boundary ``1 - q^(k+1)`` is moved by a few
+  ulp, so each ``P(k)`` is off by at most about ``1e-15`` in absolute terms. ``t`` is
+  ``-expm1(x)`` by a series for ``|x| <= 1/4`` (``x = count log q``; no cancellation when q is
+  close to 1), ``1 - exp(x)`` down to ``x = -40``, and 1 below.
+* ``p = 1`` (plain stochastic rounding between ``Bin(r)`` and ``Bin(r+1)``) and ``count = 1``
+  take ``k = 0`` without reading ``u1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import DOMAIN_ROUNDING
+from .noise import det_exp, det_log1p
+from .philox import stream_words
+
+__all__ = ["quantize", "expm1_small", "QMGEO_CHUNK", "MIN_QMGEO_P"]
+
+#: Elements per chunk (bounds the temporary memory; the result does not depend on it).
+QMGEO_CHUNK = 1 << 14
+#: Smallest p: keeps every float64 intermediate of the offset sampler a normal number.
+MIN_QMGEO_P = 2.0**-512
+
+_TWO32 = float(2**32)
+_TWO_M53 = 2.0**-53
+# 1 / j!, j = 0..14 (det_math.h's expm1_small and exp share them).
+_EXP_C = tuple(float.fromhex(h) for h in (
+    "0x1.0000000000000p+0", "0x1.0000000000000p+0", "0x1.0000000000000p-1", "0x1.5555555555555p-3",
+    "0x1.5555555555555p-5", "0x1.1111111111111p-7", "0x1.6c16c16c16c17p-10", "0x1.a01a01a01a01ap-13",
+    "0x1.a01a01a01a01ap-16", "0x1.71de3a556c734p-19", "0x1.27e4fb7789f5cp-22", "0x1.ae64567f544e4p-26",
+    "0x1.1eed8eff8d898p-29", "0x1.6124613a86d09p-33", "0x1.93974a8c07c9dp-37",
+))
+# Constants of det_math's log (as in dprec.reference.noise).
+_LN2_HI = float.fromhex("0x1.62e42fefa4000p-1")
+_LN2_LO = float.fromhex("-0x1.8432a1b0e2634p-43")
+_SQRT_HALF = float.fromhex("0x1.6a09e667f3bcdp-1")
+_LOG_C = tuple(2.0 / (2 * j + 1) for j in range(1, 11))
+
+
+def expm1_small(x: float) -> float:
+    """``exp(x) - 1`` for ``|x| <= 1/4``: ``x (1 + x/2! + ... + x**13/14!)`` in Horner form
+    (det_math.h ``expm1_small``; the first term left out is below 3e-21 relative)."""
+    p = _EXP_C[14]
+    for i in range(13, 0, -1):
+        p = p * x + _EXP_C[i]
+    return x * p
+
+
+def _mass(x: float) -> float:
+    """``1 - q^c`` from ``x = c log q <= 0`` (det_math ops; cpu/qmgeo.cpp ``one_minus_power``)."""
+    if x >= -0.25:
+        return -expm1_small(x)
+    if x > -40.0:
+        return 1.0 - det_exp(x)
+    return 1.0
+
+
+def _log1p_series(f: np.ndarray) -> np.ndarray:
+    """det_math's ``log1p_series``, elementwise (NumPy ufuncs round each operation, no FMA)."""
+    s = f / (2.0 + f)
+    z = s * s
+    r = np.full_like(f, _LOG_C[9])
+    for j in range(8, -1, -1):
+        r = r * z + _LOG_C[j]
+    r = z * r
+    return f - s * (f - r)
+
+
+def _log1p(d: np.ndarray) -> np.ndarray:
+    """det_math's ``log1p`` for ``-1 < d <= 0``, elementwise: the series on ``d`` for
+    ``d >= -1/4``, else ``log(1 + d)`` by frexp reduction."""
+    m, e = np.frexp(1.0 + d)
+    low = m < _SQRT_HALF
+    m = np.where(low, m * 2.0, m)
+    fe = np.where(low, e - 1, e).astype(np.float64)
+    reduced = fe * _LN2_HI + (fe * _LN2_LO + _log1p_series(m - 1.0))
+    return np.where(d >= -0.25, _log1p_series(d), reduced)
+
+
+def _quantize_chunk(
+    c: np.ndarray, u0: np.ndarray, u1: np.ndarray | None, w_max: float, levels: int, log_q: float, mass: np.ndarray
+) -> np.ndarray:
+    step = 2.0 * w_max / (levels - 1)
+    r = np.minimum(np.floor((c + w_max) / step), float(levels - 2))
+    theta = np.minimum(np.maximum((c - (-w_max + r * step)) / step, 0.0), 1.0)
+    # floor(theta 2**64) = hi 2**32 + lo exactly, for theta < 1 (theta = 1 is "up" outright).
+    below = np.where(theta < 1.0, theta, 0.0)
+    scaled = below * _TWO32
+    hi = np.floor(scaled)
+    lo = np.floor((scaled - hi) * _TWO32)
+    threshold = (hi.astype(np.uint64) << np.uint64(32)) | lo.astype(np.uint64)
+    up = (theta >= 1.0) | (u0 < threshold)
+    ri = r.astype(np.int64)
+    count = np.where(up, levels - ri - 1, ri + 1)
+    k = np.zeros(c.size, dtype=np.int64)
+    if u1 is not None:
+        v = (((u1 >> np.uint64(12)) << np.uint64(1)) | np.uint64(1)).astype(np.float64) * _TWO_M53
+        for n in np.unique(count):  # the normalisers this chunk needs, computed once per call
+            if np.isnan(mass[n]):
+                mass[n] = _mass(float(n) * log_q)
+        t = mass[count]
+        ratio = _log1p(-(v * t)) / log_q
+        k = np.minimum(ratio, (count - 1).astype(np.float64)).astype(np.int64)  # truncation, as in C++
+        k[count == 1] = 0
+    return np.where(up, ri + 1 + k, ri - k).astype(np.uint16)
+
+
+def quantize(w: np.ndarray, seed: int, group: int, w_max: float, levels: int, p: float) -> np.ndarray:
+    """QMGeo level indices (uint16, ``w``'s shape) of the float64 ``w`` (see the module notes).
+
+    ``w`` is clipped to ``[-w_max, w_max]``; it must be finite (ValueError naming ``w``).
+    ``2 <= levels <= 2**16``, ``w_max > 0``, ``MIN_QMGEO_P <= p <= 1``.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    flat = w.reshape(-1)
+    if not np.isfinite(flat).all():
+        raise ValueError("w must be finite (it contains NaN or infinite values)")
+    plain = p == 1.0
+    log_q = 0.0 if plain else det_log1p(-p)
+    mass = np.full(levels, np.nan)  # mass[c] = 1 - q^c, filled on demand
+    out = np.empty(flat.size, dtype=np.uint16)
+    for start in range(0, flat.size, QMGEO_CHUNK):
+        chunk = np.clip(flat[start : start + QMGEO_CHUNK], -w_max, w_max)
+        n = chunk.size
+        words0 = stream_words(seed, 2 * n, 0, group, DOMAIN_ROUNDING, 2 * start).astype(np.uint64)
+        u0 = (words0[0::2] << np.uint64(32)) | words0[1::2]
+        u1 = None
+        if not plain:
+            words1 = stream_words(seed, 2 * n, 1, group, DOMAIN_ROUNDING, 2 * start).astype(np.uint64)
+            u1 = (words1[0::2] << np.uint64(32)) | words1[1::2]
+        out[start : start + n] = _quantize_chunk(chunk, u0, u1, w_max, levels, log_q, mass)
+    return out.reshape(w.shape)
+
