@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 from fractions import Fraction
@@ -73,6 +72,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from scipy.special import gammaln
 
+from _timing import markdown_table, mrate, progress, round_robin  # bench/_timing.py
 from dprec import runtime, secagg
 from dprec.bench import cpu_model, package_version
 from dprec.hadamard import RandomizedHadamard
@@ -300,49 +300,6 @@ def numpy_server(messages: np.ndarray, bits: int, scale: float, signs: np.ndarra
 
 
 # --------------------------------------------------------------------------- timing and tables
-
-
-def calls_per_measurement(fn: Callable[[], object], min_time: float) -> int:
-    """Back-to-back calls needed for a measurement of at least ``min_time`` seconds (one untimed call first)."""
-    t0 = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t0
-    return max(1, int(math.ceil(min_time / max(dt, 1e-9))))
-
-
-def round_robin(methods: Sequence[tuple[str, Callable[[], Any]]], repeat: int, min_time: float) -> tuple[dict, dict]:
-    """Median seconds per call of each method (methods interleaved), and each method's last result."""
-    ks = {name: calls_per_measurement(fn, min_time) for name, fn in methods}
-    times: dict[str, list[float]] = {name: [] for name, _ in methods}
-    last: dict[str, Any] = {}
-    for _ in range(repeat):
-        for name, fn in methods:
-            k = ks[name]
-            t0 = time.perf_counter()
-            for _ in range(k):
-                res = fn()
-            times[name].append((time.perf_counter() - t0) / k)
-            last[name] = res
-    return {name: statistics.median(v) for name, v in times.items()}, last
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A markdown table with columns padded to their widest cell (numbers right-aligned)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |"]
-    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |")
-    return "\n".join(lines)
-
-
-def mrate(count: float, seconds: float) -> str:
-    """``count / seconds`` in millions per second."""
-    return f"{count / seconds / 1e6:,.2f}" if seconds > 0 else "n/a"
-
-
-def progress(msg: str, t_start: float) -> None:
-    print(f"  {msg} ({time.perf_counter() - t_start:.0f}s)", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- sections

@@ -46,7 +46,6 @@ within a row, with a short pause after each PyTorch run for its OpenMP threads.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -55,6 +54,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from _timing import calls_per_measurement, rel_l2  # bench/_timing.py
 from dprec import philox, runtime
 from dprec.bench import cpu_model, package_version
 from dprec.constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
@@ -64,19 +64,6 @@ SEED = 0x5EED_5CE7_0000_0004
 TARGET_VS_NUMPY = 10.0
 AGREE_TOL = 1e-5
 _TORCH_PAUSE_S = 0.02
-
-
-def calls_per_measurement(fn: Callable[[], object], min_time: float) -> int:
-    """Back-to-back calls needed for a measurement of at least ``min_time`` seconds."""
-    t0 = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t0
-    return max(1, int(math.ceil(min_time / max(dt, 1e-9))))
-
-
-def rel_l2(a: Any, b: Any) -> float:
-    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a64 - b64) / max(np.linalg.norm(b64), 1e-300))
 
 
 def otf_buckets_signs(r: int, d: int, cols: int) -> tuple[np.ndarray, np.ndarray]:

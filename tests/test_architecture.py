@@ -69,7 +69,7 @@ def test_reference_backend_never_imports_a_compiled_module():
 
 @pytest.mark.parametrize(
     "name",
-    ["rec", "philox", "hadamard", "sketch", "codec", "message", "qmgeo",
+    ["rec", "philox", "hadamard", "sketch", "codec", "message", "qmgeo", "qmgeo_codec",
      "secagg/__init__", "secagg/noise", "secagg/rounding", "secagg/modular", "secagg/pipeline"],
 )
 def test_public_modules_reach_kernels_only_through_dispatch(name):

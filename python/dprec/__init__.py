@@ -20,7 +20,8 @@ dprec.secagg
     Secure aggregation with distributed DP: exact discrete Gaussian and Skellam samplers,
     conditional rounding, arithmetic mod 2**bits (CPU and CUDA), the DDG and Skellam pipelines.
 dprec.qmgeo
-    The QMGeo stochastic quantizer (SPEC §5 corrected pmf): level indices and their values.
+    QMGeo (SPEC §5): the stochastic quantizer (corrected pmf), bit packing, and
+    :class:`QMGeoCodec` / :class:`QMGeoMessage` (encode, decode, aggregate whole updates).
 dprec.philox
     The shared Philox4x32-10 stream and its normal transform (the randomness contract).
 dprec.cuda
@@ -43,10 +44,11 @@ The optional modules are not imported by ``import dprec``.
 
 from __future__ import annotations
 
-from . import cuda, hadamard, philox, rec, runtime, sketch
+from . import cuda, hadamard, philox, qmgeo, rec, runtime, sketch
 from ._dispatch import available_backends
 from .codec import DPRECCodec, DPRECMessage, EncodeInfo, Layout
 from .constants import NORMAL_TRANSFORM_VERSION
+from .qmgeo import QMGeoCodec, QMGeoMessage
 from .runtime import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
@@ -57,11 +59,14 @@ __all__ = [
     "EncodeInfo",
     "Layout",
     "NORMAL_TRANSFORM_VERSION",
+    "QMGeoCodec",
+    "QMGeoMessage",
     "available_backends",
     "cuda",
     "get_num_threads",
     "hadamard",
     "philox",
+    "qmgeo",
     "rec",
     "runtime",
     "set_num_threads",

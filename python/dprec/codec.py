@@ -270,6 +270,60 @@ def _global_norm(kernels: Any, arrays: list[Array], labels: list[str]) -> float:
     return m * math.sqrt(total)
 
 
+def _rebuild(tree: _Tree, outs: list[Any], torch_flags: list[bool]) -> Any:
+    """The container of ``tree`` holding ``outs`` (Arrays or host NumPy arrays, canonical order);
+    host arrays become PyTorch CPU tensors where the template held them."""
+    out: list[Any] = [o.result() if isinstance(o, Array) else o for o in outs]
+    if any(torch_flags):
+        import torch  # noqa: PLC0415 - optional, only when the template holds tensors
+
+        out = [torch.from_numpy(a) if f else a for a, f in zip(out, torch_flags)]
+    if tree.kind == "single":
+        return out[0]
+    if tree.kind == "sequence":
+        return tree.container(out)
+    by_name = dict(zip(tree.names, out))
+    return tree.container((k, by_name[k]) for k in tree.keys)
+
+
+def _message_list(messages: Any, single: tuple[type, ...], what: str) -> list[Any]:
+    """``messages`` as a non-empty list; TypeError for a single message (one of ``single``)."""
+    if isinstance(messages, (*single, bytes, bytearray, memoryview, str)):
+        raise TypeError(f"messages must be a sequence of {what}, got a single {type(messages).__name__}")
+    try:
+        messages = list(messages)
+    except TypeError:
+        raise TypeError(f"messages must be a sequence of {what}, got {type(messages).__name__}") from None
+    if not messages:
+        raise ValueError("messages is empty")
+    return messages
+
+
+def _check_weights(weights: Any, n: int, largest: float) -> np.ndarray:
+    """Aggregation weights as float64, shape ``(n,)``, default ``1/n`` each; ``largest`` bounds
+    the magnitude of one decoded value, so that ``sum |weights| * largest`` must stay within the
+    float32 range (ValueError naming ``weights`` otherwise: the float32 sum could overflow)."""
+    if weights is None:
+        w = np.full(n, 1.0 / n)
+    else:
+        w = np.asarray(weights)
+        if w.dtype.kind not in "fiu" or w.dtype == np.bool_:
+            raise TypeError(f"weights must be real numbers, got dtype {w.dtype}")
+        w = w.astype(np.float64)
+        if w.shape != (n,):
+            raise ValueError(f"weights must have shape ({n},) (one per message), got {w.shape}")
+        if not np.isfinite(w).all():
+            raise ValueError("weights contains NaN or infinite values")
+    with np.errstate(over="ignore"):
+        bound = float(np.sum(np.abs(w))) * largest
+    if not bound <= float(np.finfo(np.float32).max):
+        raise ValueError(
+            f"weights too large for float32 output: sum |weights| times the largest decoded magnitude "
+            f"({largest:.6g}) = {bound:.6g} exceeds the float32 maximum, so the sum could overflow"
+        )
+    return w
+
+
 # --------------------------------------------------------------------------------------
 # Codec
 # --------------------------------------------------------------------------------------
@@ -686,20 +740,6 @@ class DPRECCodec:
         outs = [_arrays.empty(a, a.shape, "float32") for a in leaves]
         return tree, layout, outs, torch_flags, kernels
 
-    @staticmethod
-    def _rebuild(tree: _Tree, outs: list[Array], torch_flags: list[bool]) -> Any:
-        out: list[Any] = [o.result() for o in outs]
-        if any(torch_flags):
-            import torch  # noqa: PLC0415 - optional, only when the template holds tensors
-
-            out = [torch.from_numpy(a) if f else a for a, f in zip(out, torch_flags)]
-        if tree.kind == "single":
-            return out[0]
-        if tree.kind == "sequence":
-            return tree.container(out)
-        by_name = dict(zip(tree.names, out))
-        return tree.container((k, by_name[k]) for k in tree.keys)
-
     def decode(self, message: DPRECMessage | bytes, template: Any) -> Any:
         """Decode one message into an update shaped like ``template``.
 
@@ -730,7 +770,7 @@ class DPRECCodec:
         for g in layout.groups:
             out = outs[g.tensor].flat(g.start, g.size)
             kernels.stream_normals(out, msg.seed, msg.indices[g.group], g.group, 0, 0, scale)
-        return self._rebuild(tree, outs, torch_flags)
+        return _rebuild(tree, outs, torch_flags)
 
     def aggregate(self, messages: Sequence[Any], template: Any, weights: Any = None) -> Any:
         """Weighted sum of many clients' decoded updates, in one pass per group.
@@ -755,38 +795,14 @@ class DPRECCodec:
         Same structure as ``template`` (float32 NumPy arrays or CPU tensors; on a GPU,
         arrays of the template's framework on its device).
         """
-        if isinstance(messages, (DPRECMessage, bytes, bytearray, memoryview, str)):
-            raise TypeError(f"messages must be a sequence of DPRECMessage, got a single {type(messages).__name__}")
-        try:
-            messages = list(messages)
-        except TypeError:
-            raise TypeError(f"messages must be a sequence of DPRECMessage, got {type(messages).__name__}") from None
+        messages = _message_list(messages, (DPRECMessage,), "DPRECMessage")
         n = len(messages)
-        if n == 0:
-            raise ValueError("messages is empty")
         tree, layout, outs, torch_flags, kernels = self._prepare(template)
         msgs = [self._check_message(m, layout, f"messages[{i}]") for i, m in enumerate(messages)]
-        if weights is None:
-            w = np.full(n, 1.0 / n)
-        else:
-            w = np.asarray(weights)
-            if w.dtype.kind not in "fiu" or w.dtype == np.bool_:
-                raise TypeError(f"weights must be real numbers, got dtype {w.dtype}")
-            w = w.astype(np.float64)
-            if w.shape != (n,):
-                raise ValueError(f"weights must have shape ({n},) (one per message), got {w.shape}")
-            if not np.isfinite(w).all():
-                raise ValueError("weights contains NaN or infinite values")
-        with np.errstate(over="ignore"):
-            bound = float(np.sum(np.abs(w))) * self._sigma * rec.MAX_ABS_NORMAL
-        if not bound <= float(np.finfo(np.float32).max):
-            raise ValueError(
-                f"weights too large for float32 output: sum |weights| * sigma * {rec.MAX_ABS_NORMAL:.6g} "
-                f"(the largest |z|) = {bound:.6g} exceeds the float32 maximum, so the sum could overflow"
-            )
+        w = _check_weights(weights, n, self._sigma * rec.MAX_ABS_NORMAL)
         seeds = np.array([m.seed for m in msgs], dtype=np.uint64)
         idx = np.array([m.indices for m in msgs], dtype=np.uint32)  # (n, G)
         for g in layout.groups:
             _, seeds_g, indices_g, coefs = rec._client_params(g.group, seeds, idx[:, g.group], self._sigma, w)
             kernels.aggregate_f32(outs[g.tensor].flat(g.start, g.size), g.group, seeds_g, indices_g, coefs)
-        return self._rebuild(tree, outs, torch_flags)
+        return _rebuild(tree, outs, torch_flags)

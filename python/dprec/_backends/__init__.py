@@ -126,6 +126,24 @@ class Kernels(Protocol):
         group, domain=4)`` (branch) and of substream 1 (offset); the rule is
         :mod:`dprec.reference.qmgeo`. Host only (the CUDA backend refuses: client side)."""
 
+    def qmgeo_pack(self, indices: Array, bits: int, out: Array) -> None:
+        """Packs the uint16 ``indices`` (flat C order, each ``< 2**bits``, checked by the caller)
+        at ``bits`` (1..16) bits each into the uint8 ``out`` of ``ceil(n bits / 8)`` bytes, in the
+        wire layout of :mod:`dprec.reference.qmgeo` (LSB first, zero padding). Host only."""
+
+    def qmgeo_unpack(self, payload: Array, bits: int, levels: int, out: Array) -> None:
+        """The ``out.size`` indices of the uint8 ``payload`` (its length checked by the caller)
+        into uint16 ``out``; ``bits = ceil(log2 levels)``. ValueError (``out`` unspecified) for a
+        set padding bit or an index ``>= levels``. Host only."""
+
+    def qmgeo_accumulate(
+        self, payload: Array, bits: int, levels: int, coef: float, low: float, step: float, acc: Array
+    ) -> None:
+        """``acc[i] += coef * (low + j_i * step)`` (float64, evaluated as written, no FMA) for the
+        ``acc.size`` indices ``j_i`` of ``payload``: the server's decode (``acc`` zero, ``coef``
+        1) and aggregation. The errors of :meth:`qmgeo_unpack`, with ``acc`` then unchanged.
+        Host only."""
+
     def mod_reduce(self, x: Array, bits: int, out: Array) -> None:
         """``out <- x mod 2**bits`` for int64 ``x``; ``out`` uint32 (bits <= 32) or uint64."""
 

@@ -141,6 +141,20 @@ class CpuKernels(host.HostKernels):
         _core().qmgeo_quantize(_flat(w), seed, group, w_max, levels, p, _flat(out))
 
     @staticmethod
+    def qmgeo_pack(indices: Array, bits: int, out: Array) -> None:
+        _core().qmgeo_pack(_flat(indices), bits, _flat(out))
+
+    @staticmethod
+    def qmgeo_unpack(payload: Array, bits: int, levels: int, out: Array) -> None:
+        _core().qmgeo_unpack(_flat(payload), bits, levels, _flat(out))
+
+    @staticmethod
+    def qmgeo_accumulate(
+        payload: Array, bits: int, levels: int, coef: float, low: float, step: float, acc: Array
+    ) -> None:
+        _core().qmgeo_accumulate(_flat(payload), bits, levels, coef, low, step, _flat(acc))
+
+    @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
         _core().mod_reduce(_flat(x), bits, _flat(out))
 

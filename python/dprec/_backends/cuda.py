@@ -20,6 +20,12 @@ _CLIENT_SIDE = (
     "(backend 'auto' with host arrays, 'cpu' or 'reference'); the CUDA backend serves the server side "
     "(mod_sum, mod_lift)"
 )
+# QMGeo payloads are bytes on the wire: packing and unpacking are byte work the host does at
+# memory speed, with nothing a GPU would speed up.
+_QMGEO_PACKING = (
+    "{}: QMGeo packing runs on the host (payloads are bytes on the wire): use host arrays with backend 'auto', "
+    "'cpu' or 'reference'"
+)
 
 
 def _cuda() -> Any:
@@ -150,6 +156,20 @@ class CudaKernels:
             "qmgeo_quantize is a client-side operation (private randomness, one client's vector): it runs on the "
             "host (backend 'auto' with host arrays, 'cpu' or 'reference')"
         )
+
+    @staticmethod
+    def qmgeo_pack(indices: Array, bits: int, out: Array) -> None:
+        raise ValueError(_QMGEO_PACKING.format("qmgeo_pack"))
+
+    @staticmethod
+    def qmgeo_unpack(payload: Array, bits: int, levels: int, out: Array) -> None:
+        raise ValueError(_QMGEO_PACKING.format("qmgeo_unpack"))
+
+    @staticmethod
+    def qmgeo_accumulate(
+        payload: Array, bits: int, levels: int, coef: float, low: float, step: float, acc: Array
+    ) -> None:
+        raise ValueError(_QMGEO_PACKING.format("qmgeo_accumulate"))
 
     @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:

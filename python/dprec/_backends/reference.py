@@ -121,6 +121,20 @@ class ReferenceKernels(host.HostKernels):
         out.host[...] = _qmgeo.quantize(w.host, seed, group, w_max, levels, p).reshape(out.host.shape)
 
     @staticmethod
+    def qmgeo_pack(indices: Array, bits: int, out: Array) -> None:
+        out.host.reshape(-1)[...] = _qmgeo.pack_indices(indices.host, bits)
+
+    @staticmethod
+    def qmgeo_unpack(payload: Array, bits: int, levels: int, out: Array) -> None:
+        out.host.reshape(-1)[...] = _qmgeo.unpack_indices(payload.host, bits, levels, out.size)
+
+    @staticmethod
+    def qmgeo_accumulate(
+        payload: Array, bits: int, levels: int, coef: float, low: float, step: float, acc: Array
+    ) -> None:
+        _qmgeo.accumulate_indices(payload.host, bits, levels, coef, low, step, acc.host)
+
+    @staticmethod
     def mod_reduce(x: Array, bits: int, out: Array) -> None:
         out.host[...] = _modular.mod_reduce(x.host, bits).reshape(out.host.shape)
 

@@ -41,6 +41,28 @@ What is exact and what is float64-rounded
   close to 1), ``1 - exp(x)`` down to ``x = -40``, and 1 below.
 * ``p = 1`` (plain stochastic rounding between ``Bin(r)`` and ``Bin(r+1)``) and ``count = 1``
   take ``k = 0`` without reading ``u1``.
+
+Wire layout of the indices (fixed; part of the contract)
+--------------------------------------------------------
+SPEC §5: ``b = ceil(log2 R)`` bits per coordinate (``1 <= b <= 16``; :func:`index_bits`).
+Index ``i`` of ``n`` occupies bits ``[i b, (i + 1) b)`` of the payload bit stream, least
+significant bit first; payload bit ``t`` is bit ``t % 8`` (least significant = 0) of byte
+``t // 8``. Equivalently the payload, read as one little-endian integer, is
+``sum_i idx_i << (i b)``. It has ``ceil(n b / 8)`` bytes, and the padding bits of the last byte
+(the top ``8 ceil(n b / 8) - n b`` bits) are 0. This is the bit order of
+``numpy.packbits(..., bitorder="little")`` over the LSB-first bits of each index, the order the
+DP-REC message uses for its indices. Example, ``b = 3``, indices ``[1, 2, 3, 4, 5]`` (15 bits,
+2 bytes): the bit stream is ``100 010 110 001 101`` (each index LSB first) and one padding 0, so
+byte 0 holds stream bits ``1 0 0 0 1 0 1 1`` (bit 0 first) = ``0xD1`` and byte 1
+``0 0 0 1 1 0 1 0`` = ``0x58``; as an integer, ``1 + (2 << 3) + (3 << 6) + (4 << 9) + (5 << 12)
+= 0x58D1``. Eight indices fill exactly ``b`` bytes, which is
+how the native kernel (``csrc/cpu/qmgeo_pack.cpp``) works; it is byte-identical to
+:func:`pack_indices` and gives the same indices, sums and errors as :func:`unpack_indices` and
+:func:`accumulate_indices`.
+
+A payload is *corrupted* when a padding bit is 1 (checked first) or an index is ``>= R`` (only
+possible when ``R`` is not a power of two); both are ValueErrors, the second naming the first
+such position.
 """
 
 from __future__ import annotations
@@ -51,7 +73,10 @@ from ..constants import DOMAIN_ROUNDING
 from .noise import det_exp, det_log1p
 from .philox import stream_words
 
-__all__ = ["quantize", "expm1_small", "QMGEO_CHUNK", "MIN_QMGEO_P"]
+__all__ = [
+    "quantize", "expm1_small", "QMGEO_CHUNK", "MIN_QMGEO_P", "index_bits", "payload_bytes", "pack_indices",
+    "unpack_indices", "accumulate_indices",
+]
 
 #: Elements per chunk (bounds the temporary memory; the result does not depend on it).
 QMGEO_CHUNK = 1 << 14
@@ -168,3 +193,89 @@ def quantize(w: np.ndarray, seed: int, group: int, w_max: float, levels: int, p:
         out[start : start + n] = _quantize_chunk(chunk, u0, u1, w_max, levels, log_q, mass)
     return out.reshape(w.shape)
 
+
+
+# ---- the wire layout of the indices ------------------------------------------------------------
+
+
+def index_bits(levels: int) -> int:
+    """``ceil(log2 levels)``, the bits per index, for ``2 <= levels <= 2**16``."""
+    if not 2 <= levels <= 1 << 16:
+        raise ValueError(f"levels must be in [2, 2**16], got {levels}")
+    return (int(levels) - 1).bit_length()
+
+
+def payload_bytes(count: int, bits: int) -> int:
+    """``ceil(count * bits / 8)``, the payload length of ``count`` indices."""
+    return (count * bits + 7) // 8
+
+
+def _check_bits(bits: int) -> None:
+    if not 1 <= bits <= 16:
+        raise ValueError(f"bits must be in [1, 16], got {bits}")
+
+
+def pack_indices(indices: np.ndarray, bits: int) -> np.ndarray:
+    """The payload (uint8, ``ceil(n bits / 8)`` bytes) of the indices (flattened in C order).
+
+    Every index must be below ``2**bits`` (the caller's guarantee, as in the native kernel).
+    """
+    _check_bits(bits)
+    idx = np.asarray(indices).reshape(-1).astype(np.uint32)
+    # Row i holds the bits of index i, least significant first: flattened, that is the bit stream.
+    stream = ((idx[:, None] >> np.arange(bits, dtype=np.uint32)) & 1).astype(np.uint8)
+    return np.packbits(stream.reshape(-1), bitorder="little")
+
+
+def _decode(payload: np.ndarray, bits: int, levels: int, count: int) -> np.ndarray:
+    """The ``count`` indices (uint32) of ``payload``, checked (see the module notes)."""
+    _check_bits(bits)
+    if bits != index_bits(levels):
+        raise ValueError(f"bits must be ceil(log2 levels) = {index_bits(levels)} for levels = {levels}, got {bits}")
+    data = np.asarray(payload, dtype=np.uint8).reshape(-1)
+    want = payload_bytes(count, bits)
+    if data.size != want:
+        raise ValueError(
+            f"payload must have ceil(n * bits / 8) = {want} bytes for n = {count} indices of {bits} bits, got "
+            f"{data.size}"
+        )
+    stream = np.unpackbits(data, bitorder="little")
+    used = count * bits
+    if stream[used:].any():
+        raise ValueError(
+            f"payload is corrupted: the padding bits after the last index (the top {stream.size - used} bits of the "
+            "last byte) are not zero"
+        )
+    weights = np.left_shift(np.uint32(1), np.arange(bits, dtype=np.uint32))
+    j = (stream[:used].reshape(count, bits).astype(np.uint32) * weights).sum(axis=1, dtype=np.uint32)
+    bad = np.flatnonzero(j >= levels)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"payload is corrupted: index i = {i} is {int(j[i])} >= levels = {levels}")
+    return j
+
+
+def unpack_indices(payload: np.ndarray, bits: int, levels: int, count: int) -> np.ndarray:
+    """The ``count`` level indices (uint16) of a payload of ``bits``-bit indices.
+
+    ``bits = ceil(log2 levels)``; ``payload`` (uint8) must have ``ceil(count bits / 8)`` bytes.
+    ValueError for a wrong length, a set padding bit or an index ``>= levels``.
+    """
+    return _decode(payload, bits, levels, count).astype(np.uint16)
+
+
+def accumulate_indices(
+    payload: np.ndarray, bits: int, levels: int, coef: float, low: float, step: float, acc: np.ndarray
+) -> None:
+    """``acc[i] += coef * (low + j_i * step)`` in float64, as written (NumPy rounds every
+    operation: no FMA), for the ``acc.size`` indices ``j_i`` of ``payload``.
+
+    ``acc`` is a writeable float64 array, updated in place (flat C order); it is unchanged when
+    the payload is refused (the errors of :func:`unpack_indices`; ``coef``, ``low`` and ``step``
+    must be finite).
+    """
+    if not (np.isfinite(coef) and np.isfinite(low) and np.isfinite(step)):
+        raise ValueError(f"coef, low and step must be finite, got {coef}, {low} and {step}")
+    flat = acc.reshape(-1)  # a view of a contiguous array
+    j = _decode(payload, bits, levels, flat.size)
+    flat += coef * (low + j.astype(np.float64) * step)
