@@ -172,3 +172,16 @@ def test_bench_secagg_script():
     assert "sampler statistics: OK" in out
     assert "server agreement (sums equal, decodes within 1e-12): OK" in out
     assert "| Skellam |" in out and "(sum of stages)" in out
+
+
+def test_bench_qmgeo_script():
+    """bench/bench_qmgeo.py at tiny sizes: it runs, prints both tables, and native and reference agree."""
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_qmgeo.py"
+    if not script.exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    tiny = ["--log2-n", "12", "20", "--server-log2-n", "10", "--clients", "3", "--repeat", "1", "--min-time", "0"]
+    proc = subprocess.run([sys.executable, str(script), *tiny], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for title in ("### Client", "### Server"):
+        assert title in proc.stdout, proc.stdout
+    assert "| 2^20 | 65536 |" in proc.stdout and "native vs reference bit-identical: OK" in proc.stdout

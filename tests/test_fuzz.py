@@ -1,6 +1,6 @@
 """Property / fuzz tests (hypothesis): byte messages, decode/aggregate of fuzzed messages,
-and random arguments to every public function of rec, philox, hadamard, sketch, secagg and
-DPRECCodec.
+and random arguments to every public function of rec, philox, hadamard, sketch, secagg, qmgeo,
+DPRECCodec and QMGeoCodec.
 
 Every call must either succeed or raise TypeError / ValueError; any other exception
 (OverflowError, MemoryError, IndexError, ...) is a failure, and so is a crash.
@@ -468,9 +468,48 @@ def fuzz_secagg(data: Any) -> None:
         _call("pipeline.decode", pipe.decode, d(_maybe(total, _junk())), num_clients=d(_maybe(None, small_n)))
 
 
+def fuzz_qmgeo(data: Any) -> None:
+    from dprec import qmgeo
+
+    d = data.draw
+    fn = d(st.sampled_from(["quantize", "dequantize", "pack", "unpack", "codec", "message"]))
+    levels = d(_maybe(6, st.one_of(st.sampled_from([0, 1, 2, 3, 65536, 65537, -1]), _junk())))
+    if fn == "quantize":
+        _call("qmgeo.quantize", qmgeo.quantize, d(_maybe(np.linspace(-2, 2, 9), _junk())), d(_maybe(1.0, _junk())),
+              levels, d(_maybe(0.5, _junk())), rng=d(_rng_arg()), literal=d(_maybe(False, _junk())),
+              group=d(_maybe(0, _junk())), backend=d(_backend_arg()))
+    elif fn == "dequantize":
+        _call("qmgeo.dequantize", qmgeo.dequantize, d(_maybe(np.arange(6), _junk())), d(_maybe(1.0, _junk())), levels)
+    elif fn == "pack":
+        _call("qmgeo.pack", qmgeo.pack, d(_maybe(np.arange(6, dtype=np.uint16), _junk())), levels,
+              backend=d(_backend_arg()))
+    elif fn == "unpack":
+        _call("qmgeo.unpack", qmgeo.unpack, d(_maybe(b"\x88\xc6\x0a", st.one_of(st.binary(max_size=12), _junk()))),
+              levels, d(_maybe(6, st.one_of(st.integers(-2, 40), _junk()))), backend=d(_backend_arg()))
+    else:
+        codec = qmgeo.QMGeoCodec(1.0, 6, 0.5)
+        template = {"a": np.zeros(10, np.float32), "b": np.zeros((2, 3))}
+        blob = codec.encode({"a": np.linspace(-1, 1, 10, dtype=np.float32), "b": np.ones((2, 3))},
+                            rng=np.random.default_rng(0)).to_bytes()
+        if fn == "codec":
+            made = _call("qmgeo.QMGeoCodec", qmgeo.QMGeoCodec, d(_maybe(1.0, _junk())), levels,
+                         d(_maybe(0.5, _junk())), backend=d(_backend_arg()))
+            update = d(_maybe(template, _junk()))
+            _call("QMGeoCodec.encode", (made or codec).encode, update, rng=d(_rng_arg()),
+                  return_info=d(_maybe(False, _junk())))
+        msgs = [d(st.one_of(st.just(blob), _mutated(blob), st.binary(max_size=48), _junk())) for _ in range(2)]
+        for m in msgs:
+            parsed = _call("QMGeoMessage.from_bytes", qmgeo.QMGeoMessage.from_bytes, m)
+            if parsed is not None:
+                assert qmgeo.QMGeoMessage.from_bytes(parsed.to_bytes()) == parsed
+            _check_decoded(_call("QMGeoCodec.decode", codec.decode, m, template), template)
+        weights = d(_maybe(None, st.one_of(_junk(), st.lists(_floats(), min_size=2, max_size=2))))
+        _check_decoded(_call("QMGeoCodec.aggregate", codec.aggregate, msgs, template, weights=weights), template)
+
+
 TARGETS = {f.__name__[len("fuzz_"):]: f for f in [
     fuzz_message_random_bytes, fuzz_message_mutations, fuzz_message_fields, fuzz_decode_aggregate,
-    fuzz_rec, fuzz_philox, fuzz_hadamard, fuzz_sketch, fuzz_codec, fuzz_secagg,
+    fuzz_rec, fuzz_philox, fuzz_hadamard, fuzz_sketch, fuzz_codec, fuzz_secagg, fuzz_qmgeo,
 ]}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprec import DPRECCodec, codec, hadamard, philox, rec, secagg, sketch
+from dprec import DPRECCodec, codec, hadamard, philox, qmgeo, rec, secagg, sketch
 
 BAD = [("float", 16.9), ("integral_float", 16.0), ("bool", True), ("str", "16")]
 
@@ -92,6 +92,20 @@ CASES += [
     ("secagg.DDGPipeline", "rows", lambda v: _pipeline(sketch=(v, 8))),
     ("secagg.DDGPipeline", "cols", lambda v: _pipeline(sketch=(3, v))),
     ("secagg.DDGPipeline.decode", "num_clients", lambda v: _pipeline().decode(np.zeros(16, np.uint32), num_clients=v)),
+]
+
+CASES += [
+    ("qmgeo.quantize", "levels", lambda v: qmgeo.quantize(_F64, 1.0, v, 0.5)),
+    ("qmgeo.quantize", "group", lambda v: qmgeo.quantize(_F64, 1.0, 8, 0.5, group=v)),
+    ("qmgeo.dequantize", "levels", lambda v: qmgeo.dequantize(_INTS + 3, 1.0, v)),
+    ("qmgeo.index_bits", "levels", lambda v: qmgeo.index_bits(v)),
+    ("qmgeo.pack", "levels", lambda v: qmgeo.pack(_INTS + 3, v)),
+    ("qmgeo.unpack", "levels", lambda v: qmgeo.unpack(b"\0\0\0", v, 8)),
+    ("qmgeo.unpack", "count", lambda v: qmgeo.unpack(b"\0\0\0", 8, v)),
+    ("qmgeo.QMGeoCodec", "levels", lambda v: qmgeo.QMGeoCodec(1.0, v, 0.5)),
+    ("qmgeo.QMGeoCodec.epsilon", "rounds", lambda v: qmgeo.QMGeoCodec(1.0, 8, 0.5).epsilon(_F64, delta=1e-5, rounds=v)),
+    ("qmgeo.QMGeoMessage", "levels", lambda v: qmgeo.QMGeoMessage(v, 8, b"\0\0\0", b"\0" * 8)),
+    ("qmgeo.QMGeoMessage", "count", lambda v: qmgeo.QMGeoMessage(8, v, b"\0\0\0", b"\0" * 8)),
 ]
 
 # The three Philox stream functions share their integer parameters.

@@ -679,9 +679,9 @@ class QMGeoCodec:
 
         ``inf`` unless ``inputs`` restricts the coordinates to a finite set (module docstring).
         """
+        rounds = check_int(rounds, "rounds", 1, 1 << 62)
         from .accounting import Accountant  # noqa: PLC0415 - SciPy is optional
 
-        rounds = check_int(rounds, "rounds", 1, 1 << 62)
         event = self.privacy_event(template, sampling_rate=sampling_rate, inputs=inputs)
         return float(Accountant().compose(event, rounds).get_epsilon(delta))
 
