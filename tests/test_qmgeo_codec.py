@@ -14,7 +14,10 @@ import pytest
 from dprec import qmgeo
 from dprec.qmgeo import QMGeoCodec, QMGeoLayout, QMGeoMessage
 
+from . import fake_cuda as fc
 from .conftest import NATIVE, requires_native
+
+fake_cuda = fc.fake_cuda  # the fixture, for pytest to find in this module
 
 BACKENDS = ["cpu", "reference"] if NATIVE else ["reference"]
 FAST = BACKENDS[0]
@@ -283,6 +286,19 @@ def test_layout_digest_ties_messages_to_codec_and_template():
 def test_bad_input_names_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_gpu_updates_and_templates_are_refused(fake_cuda):
+    codec = QMGeoCodec(1.0, 8, 0.5)
+    host = np.linspace(-1, 1, 6, dtype=np.float32)
+    gpu = fc.FakeGpuArray(fake_cuda, host)
+    with pytest.raises(ValueError, match=r"update\['w'\] is on cuda:0, but QMGeoCodec runs on the host"):
+        codec.encode({"w": gpu})
+    msg = codec.encode({"w": host}, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="QMGeoCodec runs on the host"):
+        codec.decode(msg, {"w": gpu})
+    with pytest.raises(ValueError, match="must be on one device"):
+        codec.aggregate([msg], {"w": gpu, "x": host})
 
 
 def test_aggregate_weights_are_checked():
