@@ -163,11 +163,7 @@ def dequantize(indices: Any, w_max: Any, levels: Any) -> np.ndarray:
     """
     w_max = check_positive(w_max, "w_max")
     levels = check_int(levels, "levels", 2, MAX_LEVELS)
-    if _arrays.is_gpu_array(indices):
-        raise ValueError("indices is a GPU array, but dequantize runs on the host; copy it to the host first")
-    j = _arrays.to_numpy(indices, "indices")
-    if j.dtype.kind not in "iu":
-        raise TypeError(f"indices must be an integer array, got dtype {j.dtype}")
+    j = _host_integers(indices, "indices", "dequantize")
     if j.size and (int(j.min()) < 0 or int(j.max()) >= levels):
         raise ValueError(f"indices must be in [0, levels) = [0, {levels}), got values in [{j.min()}, {j.max()}]")
     step = 2.0 * w_max / (levels - 1)
@@ -225,7 +221,7 @@ def pack(indices: Any, levels: Any, *, backend: str = "auto") -> np.ndarray:
     levels = check_int(levels, "levels", 2, MAX_LEVELS)
     bits = (levels - 1).bit_length()
     _check_host_backend(backend, "QMGeo packing")
-    j = _host_integers(indices, "indices")
+    j = _host_integers(indices, "indices", "QMGeo packing")
     if j.size > MAX_PACK_INDICES:
         raise ValueError(f"indices must have fewer than 2**40 elements, got {j.size}")
     if j.size and (int(j.min()) < 0 or int(j.max()) >= levels):  # before the uint16 conversion can wrap
@@ -296,9 +292,10 @@ def _refuse_gpu(x: Any, name: str, what: str) -> None:
         raise ValueError(f"{name} is a GPU array, but {what} runs on the host; copy it to the host first")
 
 
-def _host_integers(x: Any, name: str) -> np.ndarray:
-    """``x`` as a NumPy integer array (host memory; TypeError for other dtypes)."""
-    _refuse_gpu(x, name, "QMGeo packing")
+def _host_integers(x: Any, name: str, what: str) -> np.ndarray:
+    """``x`` as a NumPy integer array (host memory, else ValueError saying that ``what`` runs on
+    the host; TypeError for other dtypes)."""
+    _refuse_gpu(x, name, what)
     a = _arrays.to_numpy(x, name)
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
