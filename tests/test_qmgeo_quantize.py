@@ -116,6 +116,43 @@ def test_native_and_reference_are_bit_identical(levels, p):
     assert cpu.max() < levels
 
 
+def _hard_values(w_max: float, levels: int) -> np.ndarray:
+    """Values where the rule's float64 steps are delicate: every level and a few ulp either
+    side, theta just above 0 (its threshold floor(theta 2**64) has bits below 2**-32), the ends,
+    beyond them, zeros of both signs and subnormals, then uniform values."""
+    step = 2.0 * w_max / (levels - 1)
+    grid = -w_max + np.arange(min(levels, 600), dtype=np.float64) * step
+    near = [grid]
+    for k in (1, 2, 7):
+        near += [np.nextafter(grid, np.inf), np.nextafter(grid, -np.inf), grid + k * 2.0**-60, grid - k * step * 2**-40]
+    special = np.array([0.0, -0.0, 5e-324, -5e-324, 2.0**-1022, w_max, -w_max, np.nextafter(w_max, 0.0),
+                        np.nextafter(-w_max, 0.0), 3.0 * w_max, -1e300, 1e300])
+    rng = np.random.default_rng(levels)
+    return np.concatenate([*near, special, rng.uniform(-1.2 * w_max, 1.2 * w_max, 3 * ref.QMGEO_CHUNK + 77)])
+
+
+@requires_native
+@pytest.mark.parametrize(("levels", "p"), [(2, 1.0), (8, 1.0), (8, 0.9), (65536, 0.9), (300, 2**-512), (3, 1 - 2**-53)])
+def test_every_isa_bit_identical_to_the_reference_on_hard_values(isa, levels, p):
+    # The per-element loop is the kernel table's qmgeo_tile, compiled for each ISA.
+    w = _hard_values(0.75, levels)
+    want = qmgeo.quantize(w, 0.75, levels, p, rng=np.random.default_rng(5), group=7, backend="reference")
+    got = qmgeo.quantize(w, 0.75, levels, p, rng=np.random.default_rng(5), group=7, backend="cpu")
+    assert np.array_equal(got, want)
+
+
+@requires_native
+@pytest.mark.parametrize(("levels", "p"), [(8, 1.0), (16, 0.9), (65536, 0.3)])
+def test_float32_input_is_read_as_its_float64_values(isa, levels, p):
+    # The kernels take float32 directly and widen each value (exactly): the same indices as the
+    # float64 copy, which the reference quantizes.
+    v = _hard_values(0.5, levels)
+    w = v[np.abs(v) < 1e30].astype(np.float32)  # +-1e300 would overflow float32
+    got = qmgeo.quantize(w, 0.5, levels, p, rng=np.random.default_rng(2), backend="cpu")
+    want = qmgeo.quantize(w.astype(np.float64), 0.5, levels, p, rng=np.random.default_rng(2), backend="reference")
+    assert np.array_equal(got, want)
+
+
 @requires_native
 def test_result_does_not_depend_on_the_thread_count(threads):
     w = np.random.default_rng(3).normal(size=5 * ref.QMGEO_CHUNK + 17)
@@ -226,6 +263,14 @@ def test_binding_validates_on_its_own():
     out = np.empty(4, np.uint16)
     with pytest.raises(ValueError, match="w must be finite"):
         core.qmgeo_quantize(np.array([0.0, np.nan, 0.0, 0.0]), 1, 0, 1.0, 4, 0.5, out)
+    for dtype in (np.float32, np.float64):  # a bad value anywhere, any dtype, either sampler
+        for p in (1.0, 0.5):
+            x = np.zeros(3000, dtype)
+            x[2047] = -np.inf
+            with pytest.raises(ValueError, match="w must be finite"):
+                core.qmgeo_quantize(x, 1, 0, 1.0, 4, p, np.empty(3000, np.uint16))
+    with pytest.raises(TypeError, match="w must have dtype"):
+        core.qmgeo_quantize(np.zeros(4, np.float16), 1, 0, 1.0, 4, 0.5, out)
     with pytest.raises(ValueError, match="levels"):
         core.qmgeo_quantize(w, 1, 0, 1.0, 1, 0.5, out)
     with pytest.raises(ValueError, match="p must be"):

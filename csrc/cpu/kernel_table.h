@@ -25,6 +25,18 @@
 
 namespace dprec::cpu {
 
+// What every element of a QMGeo quantization shares (cpu/qmgeo.h has the rule; qmgeo.cpp
+// computes these once per call).
+struct QmgeoParams {
+    double w_max;
+    double step;      // 2 w_max / (R - 1)
+    double top;       // R - 2, the largest lower level r
+    double levels_1;  // R - 1: the up branch's count is R - 1 - r
+    double log_q;     // log(1 - p) (unused when plain)
+    bool plain;       // p = 1: no geometric offset (mass and the offset words are not read)
+    const double* mass;  // mass[c] = 1 - q^c for c = 1 .. R - 1
+};
+
 struct KernelTable {
     const char* name;
     int lanes;  // Philox blocks per vector; llr_tile wants phi in this lane order
@@ -88,6 +100,14 @@ struct KernelTable {
     // Block 0 of the noise streams (domain 5) of elements first .. first + n - 1: out[4j .. 4j + 3]
     // are element first + j's four words.
     void (*noise_block0)(uint64_t seed, uint64_t first, uint64_t n, uint32_t* out);
+    // QMGeo (cpu/qmgeo.h): out[i] <- the level index of w[i] for i < n, with branch word
+    // (w0[2i] << 32) | w0[2i + 1] and offset word (w1[2i] << 32) | w1[2i + 1] (w1 is not read
+    // when p.plain). Returns whether every w[i] is finite; out[i] = 0 for those that are not.
+    // float32 input is widened exactly, so it gives the float64 path's bits.
+    bool (*qmgeo_tile_f32)(const float* w, const uint32_t* w0, const uint32_t* w1, size_t n, const QmgeoParams& p,
+                           uint16_t* out);
+    bool (*qmgeo_tile_f64)(const double* w, const uint32_t* w0, const uint32_t* w1, size_t n, const QmgeoParams& p,
+                           uint16_t* out);
 };
 
 const KernelTable* kernel_table_baseline();

@@ -517,6 +517,84 @@ struct GenericKernels {
         }
     }
 
+    // ---- QMGeo quantization (cpu/qmgeo.h) ----------------------------------------------------
+    // qmgeo.h's rule in one plain loop that the compiler vectorises (the style of
+    // skellam_ptrs_batch): every operation is the scalar rule's IEEE +, -, *, / in the same
+    // order, floor is detmath's floor_branchless, log1p its log1p_normal (both bit for bit the
+    // scalar functions), and every ?: (std::min, std::max, the branch) is a select_bits with the
+    // operands of the std:: function, so the bits are those of the scalar rule on every ISA.
+    // Integer steps are done in float64 where that is exact: 64-bit integer conversions are
+    // missing from AVX2 and AVX-512F.
+
+    // An uint32 as a double, exactly, through the int32 conversion every ISA vectorises.
+    static double u32_to_f64(uint32_t x) {
+        return static_cast<double>(static_cast<int32_t>(x ^ 0x80000000u)) + 0x1p31;
+    }
+
+    template <bool kPlain, class T>
+    static bool qmgeo_tile_impl(const T* w, const uint32_t* w0, const uint32_t* w1, size_t n,
+                                const dprec::cpu::QmgeoParams& p, uint16_t* out) {
+        namespace dm = dprec::detmath;
+        // The parameters as locals, so that the stores to out cannot alias them.
+        const double w_max = p.w_max, neg_w_max = -p.w_max, step = p.step, top = p.top, levels_1 = p.levels_1;
+        const double log_q = p.log_q;
+        const double* mass = p.mass;
+        uint64_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const double x = static_cast<double>(w[i]);
+            uint64_t xb;
+            std::memcpy(&xb, &x, sizeof xb);
+            const bool finite = (xb & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
+            bad |= static_cast<uint64_t>(!finite);
+            // A non-finite w computes on 0 (its result is replaced by 0): keeps the table index
+            // below in range.
+            const double xf = dm::select_bits(finite, x, 0.0);
+            // c = std::min(std::max(x, -w_max), w_max); std::max(a, b) is a < b ? b : a and
+            // std::min(a, b) is b < a ? b : a.
+            const double lo = dm::select_bits(xf < neg_w_max, neg_w_max, xf);
+            const double c = dm::select_bits(w_max < lo, w_max, lo);
+            const double fl = dm::floor_branchless((c + w_max) / step);
+            const double r = dm::select_bits(top < fl, top, fl);
+            const double th0 = (c - (neg_w_max + r * step)) / step;
+            const double th1 = dm::select_bits(th0 < 0.0, 0.0, th0);
+            const double theta = dm::select_bits(1.0 < th1, 1.0, th1);
+            // up iff theta >= 1 or u0 < floor(theta 2^64) = hi 2^32 + lo (every step exact),
+            // i.e. u0's high word below hi, or equal to it with the low word below lo.
+            const double scaled = theta * 0x1p32;
+            const double hi = dm::floor_branchless(scaled);
+            const double lw = dm::floor_branchless((scaled - hi) * 0x1p32);
+            const double a = u32_to_f64(w0[2 * i]);
+            const double b = u32_to_f64(w0[2 * i + 1]);
+            const bool up = (theta >= 1.0) | (a < hi) | ((a == hi) & (b < lw));
+            const double base = dm::select_bits(up, r + 1.0, r);
+            double level = base;
+            if constexpr (!kPlain) {
+                const double count = dm::select_bits(up, levels_1 - r, r + 1.0);
+                // v = (2 (u1 >> 12) + 1) 2^-53 = (c1 >> 1) 2^-31 + low 2^-53, u1 = (c1 << 32) | d1,
+                // low = 2 (((c1 & 1) << 20) | (d1 >> 12)) + 1 < 2^22: both terms and the sum exact.
+                const uint32_t c1 = w1[2 * i], d1 = w1[2 * i + 1];
+                const uint32_t low = ((((c1 & 1u) << 20) | (d1 >> 12)) << 1) | 1u;
+                const double v = static_cast<double>(static_cast<int32_t>(c1 >> 1)) * 0x1p-31 +
+                                 static_cast<double>(static_cast<int32_t>(low)) * 0x1p-53;
+                const double t = mass[static_cast<int32_t>(count)];
+                const double ratio = dm::log1p_normal(-(v * t)) / log_q;  // >= 0
+                const double lim = count - 1.0;
+                const double m = dm::select_bits(lim < ratio, lim, ratio);
+                // The scalar rule truncates m to an integer: floor for m >= 0 (and for -0).
+                const double k = dm::select_bits(count > 1.0, dm::floor_branchless(m), 0.0);
+                level = dm::select_bits(up, base + k, base - k);
+            }
+            out[i] = static_cast<uint16_t>(static_cast<int32_t>(dm::select_bits(finite, level, 0.0)));
+        }
+        return bad == 0;
+    }
+
+    template <class T>
+    static bool qmgeo_tile(const T* w, const uint32_t* w0, const uint32_t* w1, size_t n,
+                           const dprec::cpu::QmgeoParams& p, uint16_t* out) {
+        return p.plain ? qmgeo_tile_impl<true>(w, w0, w1, n, p, out) : qmgeo_tile_impl<false>(w, w0, w1, n, p, out);
+    }
+
     static const dprec::cpu::KernelTable* table() {
         static const dprec::cpu::KernelTable t{S::kName,  L, &philox_words, &normals, &transform, &add_scaled_f32, &add_scaled_f64, &llr_tile,
                                                  &FwhtKernels<S>::stages_f32, &FwhtKernels<S>::stages_f64,
@@ -527,7 +605,8 @@ struct GenericKernels {
                                                  &sort_columns_f64,
                                                  &all_finite<float>,         &all_finite<double>,
                                                  &discrete_gaussian,         &skellam,
-                                                 &noise_block0};
+                                                 &noise_block0,
+                                                 &qmgeo_tile<float>,         &qmgeo_tile<double>};
         return &t;
     }
 };

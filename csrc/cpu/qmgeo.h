@@ -2,6 +2,8 @@
 // uniforms (SPEC §2, domain 4). Arguments are assumed validated by the binding layer, except
 // the values themselves (see below). dprec/reference/qmgeo.py is the executable definition;
 // this kernel repeats its float64 operations in the same order, so the two are bit-identical.
+// The per-element loop is the kernel table's qmgeo_tile (kernels_generic.h, vectorised per ISA,
+// the same bits on every ISA); qmgeo.cpp draws the Philox words and splits the work.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,10 @@ constexpr double kQmgeoMinP = 0x1p-512;
 // Returns false (with out[j] = 0 for the offending elements) when some w[j] is NaN or infinite;
 // the Python layer rejects those first, this only keeps a bad call defined.
 bool qmgeo_quantize(const double* w, uint64_t n, uint64_t seed, uint32_t group, double w_max, uint32_t levels,
+                    double p, uint16_t* out);
+// The same for float32 w: each value is widened to float64 (exactly), so the indices are those of
+// the float64 call on the widened values, without a float64 copy of w.
+bool qmgeo_quantize(const float* w, uint64_t n, uint64_t seed, uint32_t group, double w_max, uint32_t levels,
                     double p, uint16_t* out);
 
 // Elements per work item of qmgeo_quantize (a multiple of the Philox tile).

@@ -80,18 +80,23 @@ void bind_qmgeo(py::module_& m) {
                 throw py::value_error("levels must be in [2, 2**16], got " + std::to_string(levels));
             if (!(p >= cpu::kQmgeoMinP && p <= 1.0))
                 throw py::value_error("p must be in [2**-512, 1], got " + std::to_string(p));
-            const double* wp = input<double>(w, "w");
+            const uint32_t r = static_cast<uint32_t>(levels);
             uint16_t* op = output<uint16_t>(out, "out");
             bool ok;
-            {
+            if (has_dtype(w, py::dtype::of<float>())) {  // widened in the kernel: no float64 copy
+                const float* wp = input<float>(w, "w");
                 py::gil_scoped_release release;
-                ok = cpu::qmgeo_quantize(wp, n, seed, group, w_max, static_cast<uint32_t>(levels), p, op);
+                ok = cpu::qmgeo_quantize(wp, n, seed, group, w_max, r, p, op);
+            } else {
+                const double* wp = input<double>(w, "w");
+                py::gil_scoped_release release;
+                ok = cpu::qmgeo_quantize(wp, n, seed, group, w_max, r, p, op);
             }
             if (!ok) throw py::value_error("w must be finite (it contains NaN or infinite values)");
         },
         py::arg("w"), py::arg("seed"), py::arg("group"), py::arg("w_max"), py::arg("levels"), py::arg("p"),
         py::arg("out"),
-        "QMGeo level indices of the float64 w into the uint16 out (SPEC §5 corrected pmf; Philox (seed, substream "
+        "QMGeo level indices of the float32 or float64 w into the uint16 out (SPEC §5 corrected pmf; Philox (seed, substream "
         "0 and 1, group, domain 4)).");
 
     m.def(

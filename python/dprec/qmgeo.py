@@ -96,8 +96,8 @@ def quantize(
     ----------
     w : array_like
         Host floating-point values (NumPy, a PyTorch CPU tensor, anything ``numpy.asarray``
-        takes), any shape, ``1 .. 2**33`` elements. float16, bfloat16 and float32 are converted
-        to float64 (exactly). Values outside ``[-w_max, w_max]`` are **clipped** to it. Integer
+        takes), any shape, ``1 .. 2**33`` elements. float16, bfloat16 and float32 values are
+        used as their (exact) float64 values, without a float64 copy of float32 input. Values outside ``[-w_max, w_max]`` are **clipped** to it. Integer
         arrays are refused (TypeError), NaN and infinity too (ValueError naming ``w``), and so are
         GPU arrays (ValueError: quantization is the client's host-side step).
     w_max : float
@@ -132,9 +132,9 @@ def quantize(
         raise NotImplementedError(_LITERAL_REASON)
     a = _arrays.read(w, "w")
     kernels = _dispatch.select_host(backend, a, "w", "QMGeo quantization")
+    # float32 or float64 (float16 / bfloat16 widened to float32); the kernels widen float32 to
+    # float64 themselves (exact), so no float64 copy is made.
     src = _arrays.float_input(a, "w", max_size=MAX_QUANTIZE_ELEMENTS)
-    if src.dtype != "float64":
-        src = _arrays.convert(src, "float64")  # float16/32 -> float64 is exact
     seed = private_seed(rng)  # after validation: a refused call draws nothing from rng
     out = _arrays.empty(src, src.shape, "uint16")
     kernels.qmgeo_quantize(src, seed, group, w_max, levels, p, out)

@@ -540,8 +540,8 @@ class QMGeoCodec:
         seed = private_seed(rng)  # after validation: a refused call draws nothing from rng
         indices = _arrays.empty(None, (layout.num_elements,), "uint16")
         for t, (a, offset) in enumerate(zip(arrays, layout.offsets)):
-            src = a if a.dtype == "float64" else _arrays.convert(a, "float64")  # exact
-            kernels.qmgeo_quantize(src.reshaped((a.size,)), seed, t, self._w_max, self._levels, self._p,
+            # float32 or float64: the kernels widen float32 exactly, without a float64 copy.
+            kernels.qmgeo_quantize(a.reshaped((a.size,)), seed, t, self._w_max, self._levels, self._p,
                                    indices.flat(offset, a.size))
         payload = _arrays.empty(None, (_payload_nbytes(layout.num_elements, layout.index_bits),), "uint8")
         kernels.qmgeo_pack(indices, layout.index_bits, payload)

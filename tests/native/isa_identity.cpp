@@ -41,9 +41,10 @@
 
 using dprec::StreamId;
 using dprec::cpu::KernelTable;
+using dprec::cpu::QmgeoParams;
 
 // Every entry of KernelTable is exercised below; a new entry must be added here too.
-static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 22 * sizeof(void (*)()),
+static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 24 * sizeof(void (*)()),
               "KernelTable changed: test the new entries in tests/native/isa_identity.cpp");
 
 namespace {
@@ -590,6 +591,96 @@ void check_noise(const KernelTable& b, const KernelTable& t) {
         }
 }
 
+// ---- QMGeo quantization ------------------------------------------------------------------------
+
+// A quantizer configuration: its parameters as cpu/qmgeo.cpp computes them (the normalisers
+// here by libm: both tables read the same table, and only its being in (0, 1] matters).
+struct QmgeoCase {
+    double w_max;
+    uint32_t levels;
+    double p;
+    std::vector<double> mass;
+    QmgeoParams params;
+    QmgeoCase(double w_max_, uint32_t levels_, double p_) : w_max(w_max_), levels(levels_), p(p_) {
+        const bool plain = p == 1.0;
+        const double log_q = plain ? 0.0 : std::log1p(-p);
+        mass.assign(levels, 0.0);
+        for (uint32_t c = 1; c < levels; ++c) mass[c] = plain ? 1.0 : -std::expm1(static_cast<double>(c) * log_q);
+        params = QmgeoParams{w_max, 2.0 * w_max / static_cast<double>(levels - 1), static_cast<double>(levels - 2),
+                             static_cast<double>(levels - 1), log_q, plain, mass.data()};
+    }
+};
+
+const double kQmgeoP[] = {1.0, 0.9, 0.3, 1e-9, 0x1p-512, 1.0 - 0x1p-53};
+const uint32_t kQmgeoLevels[] = {2, 3, 8, 300, 65536};
+
+// n values where the rule's steps are delicate: levels and values a few ulp and 2^-60 off them
+// (theta near 0 and 1: its threshold's low word decides), the ends and beyond, the special
+// values (NaN and infinities must give 0 and `false` on every table), then uniform values.
+std::vector<double> qmgeo_values(const QmgeoCase& c, size_t n, uint64_t seed) {
+    Rng r(seed);
+    std::vector<double> v(n);
+    const double step = c.params.step;
+    for (size_t i = 0; i < n; ++i) {
+        const double level = -c.w_max + static_cast<double>(r.below(c.levels)) * step;
+        switch (r.below(8)) {
+            case 0: v[i] = level; break;
+            case 1: v[i] = std::nextafter(level, r.below(2) ? INFINITY : -INFINITY); break;
+            case 2: v[i] = level + static_cast<double>(r.below(16)) * 0x1p-60 - 0x1p-58; break;
+            case 3: v[i] = kSpecialF64[r.below(kNSpecialF64)]; break;
+            case 4: v[i] = (r.below(2) ? 1.0 : -1.0) * c.w_max * (1.0 + r.below(3)); break;
+            default: v[i] = 1.2 * c.w_max * r.sym();
+        }
+    }
+    return v;
+}
+
+// x as a float32, an infinity beyond its range (where the conversion itself is undefined).
+std::vector<float> to_f32(const std::vector<double>& x) {
+    std::vector<float> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+        out[i] = std::fabs(x[i]) > 0x1.fffffep+127 ? (x[i] > 0 ? INFINITY : -INFINITY)
+                                                    : static_cast<float>(x[i]);
+    return out;
+}
+
+// Both element types, every size and alignment, against the baseline; outputs past n untouched.
+void check_qmgeo(const KernelTable& b, const KernelTable& t) {
+    for (uint32_t levels : kQmgeoLevels)
+        for (double p : kQmgeoP)
+            for (double w_max : {0.75, 3.0}) {
+                const QmgeoCase c(w_max, levels, p);
+                const size_t n_max = 4099 + 3;
+                const std::vector<double> w64 = qmgeo_values(c, n_max, levels * 31 + static_cast<uint64_t>(w_max));
+                const std::vector<float> w32 = to_f32(w64);
+                const std::vector<uint32_t> w0 = words(2 * n_max, 77), w1 = words(2 * n_max, 78);
+                for (size_t n : kSizes)
+                    for (size_t off : {size_t(0), size_t(3)}) {
+                        std::vector<uint16_t> e(n + 1, 0xabcd), g(n + 1, 0xabcd);
+                        const std::string what = fmt("levels=%u p=%a w_max=%g n=%zu off=%zu", levels, p, w_max, n, off);
+                        bool ok_e = b.qmgeo_tile_f64(w64.data() + off, w0.data(), w1.data(), n, c.params, e.data());
+                        bool ok_g = t.qmgeo_tile_f64(w64.data() + off, w0.data(), w1.data(), n, c.params, g.data());
+                        expect_same(t.name, "qmgeo_tile_f64 " + what, e.data(), g.data(), n + 1);
+                        expect(ok_e == ok_g, t.name, "qmgeo_tile_f64 finite flag " + what);
+                        ok_e = b.qmgeo_tile_f32(w32.data() + off, w0.data(), w1.data(), n, c.params, e.data());
+                        ok_g = t.qmgeo_tile_f32(w32.data() + off, w0.data(), w1.data(), n, c.params, g.data());
+                        expect_same(t.name, "qmgeo_tile_f32 " + what, e.data(), g.data(), n + 1);
+                        expect(ok_e == ok_g, t.name, "qmgeo_tile_f32 finite flag " + what);
+                        // float32 input means its float64 values.
+                        std::vector<double> widened(w32.begin() + off, w32.begin() + off + n);
+                        t.qmgeo_tile_f64(widened.data(), w0.data(), w1.data(), n, c.params, e.data());
+                        expect_same(t.name, "qmgeo_tile_f32 vs widened " + what, e.data(), g.data(), n + 1);
+                        for (size_t i = 0; i < n; ++i) {
+                            const bool finite = std::isfinite(w32[off + i]);
+                            if (!(finite ? g[i] < levels : g[i] == 0)) {
+                                expect(false, t.name, fmt("qmgeo_tile_f32 element %zu out of range ", i) + what);
+                                break;
+                            }
+                        }
+                    }
+            }
+}
+
 // ---- known-answer digests ------------------------------------------------------------------
 
 struct Digest {
@@ -613,6 +704,7 @@ const Digest kExpected[] = {
     {"sketch", 0x02425d38d008a31dull},
     {"sort_columns", 0x07339ffc7b4a3fd5ull},
     {"noise", 0xfec962eeab306a8aull},
+    {"qmgeo", 0xfa46aa96f40413fcull},
 };
 
 uint64_t digest_llr(const KernelTable& b, const KernelTable* t, int lanes) {
@@ -763,6 +855,22 @@ std::vector<Digest> digests(const KernelTable& b, const KernelTable& t) {
         }
         out.push_back({"noise", h.h});
     }
+    {
+        Fnv h;
+        for (uint32_t levels : kQmgeoLevels)
+            for (double p : kQmgeoP) {
+                const QmgeoCase c(1.5, levels, p);
+                const std::vector<double> w64 = qmgeo_values(c, 4099, 500 + levels);
+                const std::vector<float> w32 = to_f32(w64);
+                const std::vector<uint32_t> w0 = words(2 * 4099, 501), w1 = words(2 * 4099, 502);
+                std::vector<uint16_t> x(4099);
+                h.u32(t.qmgeo_tile_f64(w64.data(), w0.data(), w1.data(), x.size(), c.params, x.data()) ? 1 : 0);
+                h.add(x.data(), x.size());
+                h.u32(t.qmgeo_tile_f32(w32.data(), w0.data(), w1.data(), x.size(), c.params, x.data()) ? 1 : 0);
+                h.add(x.data(), x.size());
+            }
+        out.push_back({"qmgeo", h.h});
+    }
     return out;
 }
 
@@ -841,6 +949,7 @@ int main(int argc, char** argv) {
         check_sort(base, *t);
         check_finite(base, *t);
         check_noise(base, *t);
+        check_qmgeo(base, *t);
         std::printf("  %-8s (%2d lanes) vs baseline: %ld checks, %s\n", t->name, t->lanes, g_checks - c0,
                     g_failures == f0 ? "all bit-identical" : "FAILED");
     }

@@ -120,9 +120,9 @@ class Kernels(Protocol):
 
     # -- QMGeo quantization (SPEC §5) -------------------------------------------------------------
     def qmgeo_quantize(self, w: Array, seed: int, group: int, w_max: float, levels: int, p: float, out: Array) -> None:
-        """QMGeo level indices of float64 ``w`` (finite; clipped to ``[-w_max, w_max]``) into
-        uint16 ``out``, with the corrected pmf of SPEC §5, ``2 <= levels <= 2**16``,
-        ``2**-512 <= p <= 1``. Element ``j`` reads words ``2j, 2j+1`` of ``(seed, substream=0,
+        """QMGeo level indices of float32 or float64 ``w`` (finite; each value taken as its exact
+        float64 value; clipped to ``[-w_max, w_max]``) into uint16 ``out``, with the corrected pmf
+        of SPEC §5, ``2 <= levels <= 2**16``, ``2**-512 <= p <= 1``. Element ``j`` reads words ``2j, 2j+1`` of ``(seed, substream=0,
         group, domain=4)`` (branch) and of substream 1 (offset); the rule is
         :mod:`dprec.reference.qmgeo`. Host only (the CUDA backend refuses: client side)."""
 
