@@ -165,8 +165,7 @@ class DPRECMessage:
             MAGIC, FORMAT_VERSION, NORMAL_TRANSFORM_VERSION, flags, self.seed, self.layout_digest, len(self.bits)
         )
         bits_field = bytes([self.bits[0]]) if uniform else bytes(self.bits)
-        body = header + bits_field + _pack_indices(self.indices, self.bits)
-        return body + _CRC.pack(zlib.crc32(body) & 0xFFFFFFFF)
+        return _seal(header + bits_field + _pack_indices(self.indices, self.bits))
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> DPRECMessage:
@@ -190,12 +189,7 @@ class DPRECMessage:
             format version or flags, another normal-transform version, a CRC mismatch,
             bits outside 1..24 or non-zero padding bits.
         """
-        if isinstance(data, memoryview):
-            data = data.tobytes()
-        elif isinstance(data, bytearray):
-            data = bytes(data)
-        elif not isinstance(data, bytes):
-            raise TypeError(f"from_bytes expects bytes, bytearray or memoryview, got {type(data).__name__}")
+        data = _as_bytes(data, "from_bytes")
         n = len(data)
         if n < len(MAGIC):
             raise ValueError(f"DP-REC message truncated: {n} bytes, shorter than the {len(MAGIC)}-byte magic")
@@ -235,10 +229,7 @@ class DPRECMessage:
             raise ValueError(f"DP-REC message truncated: {n} bytes, expected {expected}")
         if n > expected:
             raise ValueError(f"DP-REC message has {n - expected} trailing bytes after its {expected} bytes")
-        (crc,) = _CRC.unpack_from(data, n - _CRC.size)
-        actual = zlib.crc32(data[: n - _CRC.size]) & 0xFFFFFFFF
-        if crc != actual:
-            raise ValueError(f"DP-REC message corrupted: CRC-32 mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})")
+        _check_crc(data, "DP-REC")
         if transform != NORMAL_TRANSFORM_VERSION:
             raise ValueError(
                 f"DP-REC message uses normal-transform version {transform}, but this dprec implements "
@@ -247,6 +238,39 @@ class DPRECMessage:
         bits = (raw_bits[0],) * groups if n_bits_bytes == 1 else tuple(raw_bits)
         indices = _unpack_indices(data[pos : n - _CRC.size], bits)
         return cls(seed=seed, bits=bits, indices=indices, layout_digest=digest)
+
+
+def _as_bytes(data: Any, what: str) -> bytes:
+    """``data`` (bytes, bytearray or memoryview) as bytes; TypeError naming ``what`` otherwise."""
+    if isinstance(data, memoryview):
+        return data.tobytes()
+    if isinstance(data, bytearray):
+        return bytes(data)
+    if not isinstance(data, bytes):
+        raise TypeError(f"{what} expects bytes, bytearray or memoryview, got {type(data).__name__}")
+    return data
+
+
+def _seal(body: bytes) -> bytes:
+    """``body`` followed by its CRC-32 (uint32, little-endian)."""
+    return body + _CRC.pack(zlib.crc32(body) & 0xFFFFFFFF)
+
+
+def _check_crc(data: bytes, kind: str) -> None:
+    """ValueError when the last 4 bytes of a ``kind`` message are not the CRC-32 of the rest."""
+    n = len(data)
+    (crc,) = _CRC.unpack_from(data, n - _CRC.size)
+    actual = zlib.crc32(data[: n - _CRC.size]) & 0xFFFFFFFF
+    if crc != actual:
+        raise ValueError(f"{kind} message corrupted: CRC-32 mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})")
+
+
+def _hash_tensors(h: Any, names: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]) -> None:
+    """Feed the tensor names (UTF-8) and shapes, in canonical order, to the BLAKE2b ``h``."""
+    for name, shape in zip(names, shapes):
+        raw = name.encode("utf-8", "surrogatepass")
+        h.update(struct.pack("<Q", len(raw)) + raw)
+        h.update(struct.pack(f"<I{len(shape)}Q", len(shape), *shape))
 
 
 def _as_list(x: Any) -> list:
@@ -395,10 +419,7 @@ def _layout_digest(
 ) -> bytes:
     h = hashlib.blake2b(digest_size=_DIGEST_SIZE, person=b"dprec.rec.layout")
     h.update(struct.pack("<BI", FORMAT_VERSION, len(names)))
-    for name, shape in zip(names, shapes):
-        raw = name.encode("utf-8", "surrogatepass")
-        h.update(struct.pack("<Q", len(raw)) + raw)
-        h.update(struct.pack(f"<I{len(shape)}Q", len(shape), *shape))
+    _hash_tensors(h, names, shapes)
     h.update(struct.pack("<Q", len(groups)))
     for g in groups:
         h.update(struct.pack("<IQQB", g.tensor, g.start, g.size, g.bits))

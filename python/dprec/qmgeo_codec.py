@@ -85,7 +85,6 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -95,7 +94,8 @@ import numpy as np
 from . import _arrays, _dispatch
 from ._validation import check_int, check_positive, private_seed
 from .codec import _check_weights, _flatten, _leaf_arrays, _message_list, _rebuild, _Tree
-from .qmgeo import MAX_LEVELS, MAX_QUANTIZE_ELEMENTS, _probability, index_bits
+from .message import _as_bytes, _check_crc, _hash_tensors, _seal
+from .qmgeo import MAX_LEVELS, MAX_QUANTIZE_ELEMENTS, _check_host_backend, _probability, index_bits
 
 if TYPE_CHECKING:  # dprec.accounting needs SciPy: imported lazily by the accounting methods
     from .accounting import QMGeoEvent
@@ -124,16 +124,6 @@ MAX_MESSAGE_ELEMENTS = 1 << 40
 
 def _payload_nbytes(count: int, bits: int) -> int:
     return (count * bits + 7) // 8
-
-
-def _as_bytes(data: Any, what: str) -> bytes:
-    if isinstance(data, memoryview):
-        return data.tobytes()
-    if isinstance(data, bytearray):
-        return bytes(data)
-    if not isinstance(data, bytes):
-        raise TypeError(f"{what} expects bytes, bytearray or memoryview, got {type(data).__name__}")
-    return data
 
 
 # --------------------------------------------------------------------------------------
@@ -217,8 +207,7 @@ class QMGeoMessage:
         header = _HEADER.pack(
             QMGEO_MAGIC, QMGEO_FORMAT_VERSION, self.index_bits, 0, self.levels, self.layout_digest, self.count
         )
-        body = header + self.payload
-        return body + _CRC.pack(zlib.crc32(body) & 0xFFFFFFFF)
+        return _seal(header + self.payload)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> QMGeoMessage:
@@ -266,10 +255,7 @@ class QMGeoMessage:
             raise ValueError(f"QMGeo message truncated: {n} bytes, expected {expected}")
         if n > expected:
             raise ValueError(f"QMGeo message has {n - expected} trailing bytes after its {expected} bytes")
-        (crc,) = _CRC.unpack_from(data, n - _CRC.size)
-        actual = zlib.crc32(data[: n - _CRC.size]) & 0xFFFFFFFF
-        if crc != actual:
-            raise ValueError(f"QMGeo message corrupted: CRC-32 mismatch (stored 0x{crc:08x}, computed 0x{actual:08x})")
+        _check_crc(data, "QMGeo")
         return cls(levels=levels, count=count, payload=data[_HEADER.size : n - _CRC.size], layout_digest=digest)
 
 
@@ -351,10 +337,7 @@ def _layout_digest(names: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], 
                    w_max: float) -> bytes:
     h = hashlib.blake2b(digest_size=_DIGEST_SIZE, person=b"dprec.qmg.layout")
     h.update(struct.pack("<BI", QMGEO_FORMAT_VERSION, len(names)))
-    for name, shape in zip(names, shapes):
-        raw = name.encode("utf-8", "surrogatepass")
-        h.update(struct.pack("<Q", len(raw)) + raw)
-        h.update(struct.pack(f"<I{len(shape)}Q", len(shape), *shape))
+    _hash_tensors(h, names, shapes)
     h.update(struct.pack("<Idd", levels, p, w_max))
     return h.digest()
 
@@ -434,9 +417,7 @@ class QMGeoCodec:
         self._w_max = check_positive(w_max, "w_max")
         self._levels = check_int(levels, "levels", 2, MAX_LEVELS)
         self._p = _probability(p, "p")
-        if isinstance(backend, str) and backend == "cuda":
-            raise ValueError("backend='cuda' was asked for, but QMGeo runs on the host: use 'auto', 'cpu' or 'reference'")
-        _dispatch.check_backend(backend)
+        _check_host_backend(backend, "QMGeo")
         self._backend = backend
 
     @property
