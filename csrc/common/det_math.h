@@ -155,19 +155,25 @@ DPREC_INLINE double log1p(double d) {
     return log(1.0 + d);
 }
 
-// exp(x) for |x| <= 700: x = j ln 2 + r, |r| <= ln(2)/2, Taylor series to degree 14 (the rest
-// is below 1e-19 relative), times 2^j (ldexp, exact).
-DPREC_INLINE double exp(double x) {
+// sum_{j=first}^{14} x^(j-first) / j! in Horner form (first = 0: exp's Taylor polynomial;
+// first = 1: expm1's, divided by x).
+DPREC_INLINE double taylor_exp_tail(double x, int first) {
     constexpr double c[15] = {0x1.0000000000000p+0,  0x1.0000000000000p+0,  0x1.0000000000000p-1,
                               0x1.5555555555555p-3,  0x1.5555555555555p-5,  0x1.1111111111111p-7,
                               0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16,
                               0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
                               0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33, 0x1.93974a8c07c9dp-37};  // 1/j!
+    double p = c[14];
+    for (int i = 13; i >= first; --i) p = p * x + c[i];
+    return p;
+}
+
+// exp(x) for |x| <= 700: x = j ln 2 + r, |r| <= ln(2)/2, Taylor series to degree 14 (the rest
+// is below 1e-19 relative), times 2^j (ldexp, exact).
+DPREC_INLINE double exp(double x) {
     const double fj = std::floor(x * kInvLn2 + 0.5);
     const double r = (x - fj * kLn2Hi) - fj * kLn2Lo;
-    double p = c[14];
-    for (int i = 13; i >= 0; --i) p = p * r + c[i];
-    return std::ldexp(p, static_cast<int>(fj));
+    return std::ldexp(taylor_exp_tail(r, 0), static_cast<int>(fj));
 }
 
 // expm1(x) = exp(x) - 1 for |x| <= 1/4, without the cancellation of exp(x) - 1: the Taylor
@@ -175,14 +181,7 @@ DPREC_INLINE double exp(double x) {
 // left out is below 3e-21 relative at |x| = 1/4). Used by the QMGeo quantizer (cpu/qmgeo.cpp)
 // for 1 - q^n when q^n is close to 1; dprec/reference/qmgeo.py repeats it.
 DPREC_INLINE double expm1_small(double x) {
-    constexpr double c[15] = {0x1.0000000000000p+0,  0x1.0000000000000p+0,  0x1.0000000000000p-1,
-                              0x1.5555555555555p-3,  0x1.5555555555555p-5,  0x1.1111111111111p-7,
-                              0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13, 0x1.a01a01a01a01ap-16,
-                              0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
-                              0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33, 0x1.93974a8c07c9dp-37};  // 1/j!
-    double p = c[14];
-    for (int i = 13; i >= 1; --i) p = p * x + c[i];
-    return x * p;
+    return x * taylor_exp_tail(x, 1);
 }
 
 // 1/(12x) - 1/(360x^3) + 1/(1260x^5) - 1/(1680x^7): the Stirling series of log x! after

@@ -70,7 +70,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import DOMAIN_ROUNDING
-from .noise import det_exp, det_log1p
+
+# det_math's constants (1/j!, ln 2 split, sqrt(1/2), the atanh series of log), shared with the noise samplers
+from .noise import _EXP_C, _LN2_HI, _LN2_LO, _LOG_C, _SQRT_HALF, det_exp, det_log1p
 from .philox import stream_words
 
 __all__ = [
@@ -85,18 +87,6 @@ MIN_QMGEO_P = 2.0**-512
 
 _TWO32 = float(2**32)
 _TWO_M53 = 2.0**-53
-# 1 / j!, j = 0..14 (det_math.h's expm1_small and exp share them).
-_EXP_C = tuple(float.fromhex(h) for h in (
-    "0x1.0000000000000p+0", "0x1.0000000000000p+0", "0x1.0000000000000p-1", "0x1.5555555555555p-3",
-    "0x1.5555555555555p-5", "0x1.1111111111111p-7", "0x1.6c16c16c16c17p-10", "0x1.a01a01a01a01ap-13",
-    "0x1.a01a01a01a01ap-16", "0x1.71de3a556c734p-19", "0x1.27e4fb7789f5cp-22", "0x1.ae64567f544e4p-26",
-    "0x1.1eed8eff8d898p-29", "0x1.6124613a86d09p-33", "0x1.93974a8c07c9dp-37",
-))
-# Constants of det_math's log (as in dprec.reference.noise).
-_LN2_HI = float.fromhex("0x1.62e42fefa4000p-1")
-_LN2_LO = float.fromhex("-0x1.8432a1b0e2634p-43")
-_SQRT_HALF = float.fromhex("0x1.6a09e667f3bcdp-1")
-_LOG_C = tuple(2.0 / (2 * j + 1) for j in range(1, 11))
 
 
 def expm1_small(x: float) -> float:
