@@ -133,13 +133,13 @@ install_extras() {
 }
 
 step "5. the repaired wheel in a fresh virtualenv in $OUT/venv-wheel, tests from a copy"
-"$PYTHON" -m venv "$OUT/venv-wheel"
+"$PYTHON" -m venv --clear "$OUT/venv-wheel"  # --clear: a venv left by an earlier run would keep its dprec 0.1.0
 "$OUT/venv-wheel/bin/pip" install -q "$REPAIRED[test]"
 install_extras "$OUT/venv-wheel"
 run_tests "$OUT/venv-wheel" wheel 0
 
 step "6. the sdist in a fresh virtualenv in $OUT/venv-sdist (builds again), tests from a copy"
-"$PYTHON" -m venv "$OUT/venv-sdist"
+"$PYTHON" -m venv --clear "$OUT/venv-sdist"
 t0=$(now)
 "$OUT/venv-sdist/bin/pip" install -q "$SDIST[test]"
 echo "pip install of the sdist (with its build): $(( $(now) - t0 )) s"
