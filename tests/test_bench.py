@@ -185,3 +185,19 @@ def test_bench_qmgeo_script():
     for title in ("### Client", "### Server"):
         assert title in proc.stdout, proc.stdout
     assert "| 2^20 | 65536 |" in proc.stdout and "native vs reference bit-identical: OK" in proc.stdout
+
+
+def test_pytest_benchmark_harness_runs():
+    """`pytest bench/` (the pytest-benchmark harness of the SPEC §8 targets) collects and runs every body once
+    (--benchmark-disable: no timing, no target check) at the quick sizes."""
+    pytest.importorskip("pytest_benchmark")
+    bench_dir = Path(__file__).resolve().parents[1] / "bench"
+    if not (bench_dir / "conftest.py").exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(bench_dir), "-q", "-p", "no:cacheprovider", "--benchmark-disable",
+         "--dprec-quick"],
+        capture_output=True, text=True, timeout=600, cwd=bench_dir.parent,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
