@@ -112,6 +112,7 @@ def main() -> int:
         f"CPU: {cpu_model()} | ISA: {runtime.get_isa()} | cores: {os.cpu_count()} | N = {nt} threads | "
         f"numpy {np.__version__}"
     )
+    print(f"caches: {runtime.cache_summary()} (blocking derives from these)")
     print(f"median of {args.repeat} measurements of >= {args.min_time * 1e3:g} ms each, methods round-robin per row")
     print()
 

@@ -108,6 +108,7 @@ def main() -> int:
         f"CPU: {cpu_model()} | ISA: {runtime.get_isa()} | cores: {os.cpu_count()} | threads (dprec, torch): {nt} | "
         f"numpy {np.__version__} | {tv}"
     )
+    print(f"caches: {runtime.cache_summary()} (blocking derives from these)")
     print(
         f"median of {args.repeat} ({args.repeat_large} when rows*d >= 2^25) measurements of >= "
         f"{args.min_time * 1e3:g} ms, methods round-robin per row; throughput in M input elements/s = d / time"

@@ -110,11 +110,13 @@ def test_fwht_normalize(k, dtype, rng):
 @pytest.mark.parametrize(
     "dtype,shape",
     [
+        # Block sizes follow the machine's caches (runtime.cache_sizes()); with a 1 MiB L2,
         # float32: L2 blocks of 2^17, so 2^21 and 2^22 recurse through two radix-8 levels
         (np.float32, (1, 1 << 21)),
         (np.float32, (1, 1 << 22)),
         (np.float32, (3, 1 << 18)),
-        # float64: L2 blocks of 2^16
+        # float64: L2 blocks of 2^16 (with 1 MiB); single rows on 2 and 3 threads are split
+        # into one block per thread whatever the L2
         (np.float64, (1, 1 << 20)),
         (np.float64, (2, 1 << 19)),
     ],
@@ -286,17 +288,34 @@ def test_sketch_median_recovers_heavy_hitters(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sketch_thread_count_invariant(dtype, threads, rng):
-    dim, rows, cols, seed = 300000, 5, 4096, 3
+@pytest.mark.parametrize("cols", [4096, 1 << 17])
+def test_sketch_thread_count_invariant(dtype, cols, threads, rng):
+    """Encode groups rows into work items by thread count and L2 size (one item of every row,
+    or one per row when a table row is too large for the L2): the same bits on 1, 2, 3 threads."""
+    dim, rows, seed = 300000, 5, 3
     x = rng.standard_normal(dim).astype(dtype)
     results = []
-    for t in (1, 2):
+    for t in (1, 2, 3):
         threads(t)
         table = encode(x, seed, 0, rows, cols, 1.0 / rows)
         mean = decode(table, dim, seed, 0, rows, cols, False)
         med = decode(table, dim, seed, 0, rows, cols, True, float(rows))
         results.append((table.tobytes(), mean.tobytes(), med.tobytes()))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
+
+
+def test_cache_sizes_are_reported():
+    """runtime.cache_sizes(): the sizes the blocking uses, plausible and from a named source."""
+    from dprec import runtime
+
+    c = runtime.cache_sizes()
+    assert set(c) == {"l1d", "l2", "l3", "source"}
+    assert 4 << 10 <= c["l1d"] <= 4 << 20
+    assert 64 << 10 <= c["l2"] <= 256 << 20
+    assert 256 << 10 <= c["l3"] <= 4 << 30
+    assert isinstance(c["source"], str) and c["source"]
+    assert runtime.cache_sizes() == c  # queried once
+    assert runtime.cache_summary().startswith("L1d ")
 
 
 def test_sketch_rejects_bad_input():

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cache_info.h"
 #include "dispatch.h"
 #include "parallel.h"
 
@@ -11,20 +12,36 @@ namespace dprec::cpu {
 namespace {
 
 // Long rows are transformed in L2-sized blocks, each staged through L1-sized blocks, and the
-// stages that couple blocks run radix 8 in place (fwht_long).
-//
-// Elements per L1 block: 16 KiB of data, so that the in-L1 stages take three passes
-// (4 in-register stages, then 4 + 4 on AVX-512).
-template <class T>
-constexpr uint64_t kL1Block = uint64_t(16384) / sizeof(T);
-// Elements per L2 block: 512 KiB of data, half of a 1 MiB L2 slice.
-template <class T>
-constexpr uint64_t kL2Block = uint64_t(524288) / sizeof(T);
-// Rows up to this size are taken to fit in the L3 and are transformed level by level, with
-// every thread busy at each level; larger ones sub-row by sub-row.
-constexpr uint64_t kL3TreeBytes = uint64_t(8) << 20;
-// Columns per work item of a pass across blocks.
-constexpr uint64_t kAcrossItemBytes = 16384;
+// stages that couple blocks run radix 8 in place (fwht_long). The sizes come from the caches
+// of the machine (cache_info.h); blocking never changes the result (hadamard.h).
+struct Blocking {
+    // Bytes per L1 block: half the L1d (the other half holds the stack and the lines that
+    // the prefetchers bring in), so the in-L1 stages of 16 KiB on a 32 KiB L1d take three
+    // passes (4 in-register stages, then 4 + 4 on AVX-512).
+    uint64_t l1;
+    // Bytes per L2 block: half the L2, for the same reason and because a non-inclusive L2
+    // still shares its sets with the L1 victims.
+    uint64_t l2;
+    // Rows up to this many bytes are taken to fit in the L3 and are transformed level by
+    // level, with every thread busy at each level; larger ones sub-row by sub-row. A quarter
+    // of the reported L3: it is shared with the other cores (and, in a VM, other tenants).
+    uint64_t l3_tree;
+};
+
+const Blocking& blocking() {
+    static const Blocking b = [] {
+        const CacheSizes& c = cache_sizes();
+        Blocking r{};
+        // Bounds keep the pass structure sane on odd reports: at least 4 KiB (one page) per
+        // L1 block and 16 L1 blocks per L2 block.
+        r.l1 = std::min<uint64_t>(std::max<uint64_t>(pow2_floor(c.l1d / 2), 4096), uint64_t(1) << 20);
+        r.l2 = std::max(pow2_floor(c.l2 / 2), 16 * r.l1);
+        r.l3_tree = std::max(pow2_floor(c.l3 / 4), r.l2);
+        return r;
+    }();
+    return b;
+}
+
 // Rows of small transforms per work item: about this many elements.
 constexpr uint64_t kSmallRowsItem = uint64_t(1) << 16;
 
@@ -66,11 +83,12 @@ void run_items(uint64_t n_items, uint64_t elements, const Body& body) {
     }
 }
 
-// All stages of one row of n <= kL2Block elements, on the calling thread: every stage
-// inside L1 blocks, then the stages that couple them, in place while the row is in L2.
+// All stages of one row of n <= (L2 block) elements, on the calling thread: every stage
+// inside L1 blocks of l1 elements, then the stages that couple them, in place while the row
+// is in L2.
 template <class T>
-void fwht_in_cache(T* x, uint64_t n, bool normalize, T s) {
-    const uint64_t B = std::min(n, kL1Block<T>);
+void fwht_in_cache(T* x, uint64_t n, uint64_t l1, bool normalize, T s) {
+    const uint64_t B = std::min(n, l1);
     for (uint64_t i = 0; i < n; i += B) stages(x + i, B, 1, B);
     if (B < n) {
         across_rows(x, B, n / B, B, normalize, s);
@@ -79,22 +97,25 @@ void fwht_in_cache(T* x, uint64_t n, bool normalize, T s) {
     }
 }
 
-// A long row (n > kL2Block) is split top-down into up to 8 sub-rows, recursively, down to
-// L2 blocks transformed in cache; after its sub-rows, each level runs the (up to 3) stages
-// that couple them in place, over column chunks. Radix 8 keeps those passes to 8 streams,
-// which the hardware prefetchers follow and which fit the ways of every cache set (more
-// power-of-two-strided streams would evict each other), and it keeps the levels few.
-template <class T>
-uint64_t sub_row(uint64_t n) {
-    return std::max(kL2Block<T>, n / 8);
-}
+// A long row (n > its block size B) is split top-down into up to 8 sub-rows, recursively,
+// down to blocks of B elements transformed in cache; after its sub-rows, each level runs the
+// (up to 3) stages that couple them in place, over column chunks. Radix 8 keeps those passes
+// to 8 streams, which the hardware prefetchers follow and which fit the ways of every cache
+// set (more power-of-two-strided streams would evict each other), and it keeps the levels few.
+struct LongPlan {
+    uint64_t l1;       // elements per L1 block
+    uint64_t block;    // elements per in-cache block (B)
+    uint64_t l3_tree;  // elements up to which a row is done level by level
+    uint64_t across;   // columns per work item of a pass across blocks: an L1 block's worth
+    uint64_t sub_row(uint64_t n) const { return std::max(block, n / 8); }
+};
 
 // The stages that couple the sub-rows of every node of `size` elements in x[0, n).
 template <class T>
-void across_level(T* x, uint64_t n, uint64_t size, bool normalize, T s) {
-    const uint64_t child = sub_row<T>(size);
+void across_level(const LongPlan& p, T* x, uint64_t n, uint64_t size, bool normalize, T s) {
+    const uint64_t child = p.sub_row(size);
     const uint64_t m = size / child;
-    const uint64_t W = kAcrossItemBytes / sizeof(T);
+    const uint64_t W = std::min(p.across, child);
     const uint64_t chunks = child / W;
     run_items((n / size) * chunks, n, [&](size_t item) {
         const uint64_t node = item / chunks, chunk = item % chunks;
@@ -103,22 +124,22 @@ void across_level(T* x, uint64_t n, uint64_t size, bool normalize, T s) {
 }
 
 template <class T>
-void fwht_long(T* x, uint64_t n, bool normalize, T s) {
-    const uint64_t B = kL2Block<T>;
-    if (n * sizeof(T) <= kL3TreeBytes || sub_row<T>(n) == B) {
-        // The row fits in the L3: every L2 block at once, then each level at once (all the
+void fwht_long(const LongPlan& p, T* x, uint64_t n, bool normalize, T s) {
+    const uint64_t B = p.block;
+    if (n <= p.l3_tree || p.sub_row(n) == B) {
+        // The row fits in the L3: every block at once, then each level at once (all the
         // threads busy at every step), from the smallest nodes up.
-        run_items(n / B, n, [&](size_t item) { fwht_in_cache<T>(x + item * B, B, false, s); });
+        run_items(n / B, n, [&](size_t item) { fwht_in_cache<T>(x + item * B, B, p.l1, false, s); });
         std::vector<uint64_t> sizes;  // node sizes, top-down
-        for (uint64_t size = n; size > B; size = sub_row<T>(size)) sizes.push_back(size);
-        for (size_t i = sizes.size(); i-- > 0;) across_level(x, n, sizes[i], normalize && i == 0, s);
+        for (uint64_t size = n; size > B; size = p.sub_row(size)) sizes.push_back(size);
+        for (size_t i = sizes.size(); i-- > 0;) across_level(p, x, n, sizes[i], normalize && i == 0, s);
         return;
     }
     // Larger: one sub-row after another (each one then stays in the L3 while it is done),
     // then the stages across them, in a pass over memory.
-    const uint64_t child = sub_row<T>(n);
-    for (uint64_t c = 0; c < n / child; ++c) fwht_long(x + c * child, child, false, s);
-    across_level(x, n, n, normalize, s);
+    const uint64_t child = p.sub_row(n);
+    for (uint64_t c = 0; c < n / child; ++c) fwht_long(p, x + c * child, child, false, s);
+    across_level(p, x, n, n, normalize, s);
 }
 
 }  // namespace
@@ -127,19 +148,30 @@ template <class T>
 void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
     if (batch == 0 || n == 0) return;
     const T s = norm_scale<T>(n);
-    if (n <= kL2Block<T>) {
+    const Blocking& bk = blocking();
+    const uint64_t l1 = bk.l1 / sizeof(T), l2 = bk.l2 / sizeof(T);
+    // A batch of fewer rows than threads would leave threads idle on rows that fit one L2
+    // block (and, with a large L2, on most rows): such rows are split into one block per
+    // thread (at least an L1 block each), whose in-cache work and cross-block passes then
+    // run in parallel. The arithmetic is the same either way (hadamard.h).
+    uint64_t block = l2;
+    if (n >= 2 * kParallelMinElements) {
+        const uint64_t nt = static_cast<uint64_t>(std::max(1, get_num_threads()));
+        if (nt > 1 && batch < nt) block = std::min(block, std::max(l1, pow2_floor(n / nt)));
+    }
+    if (n <= block) {
         const uint64_t rows_per_item = std::max<uint64_t>(1, kSmallRowsItem / n);
         const uint64_t n_items = (batch + rows_per_item - 1) / rows_per_item;
         run_items(n_items, batch * n, [&](size_t item) {
             const uint64_t r0 = item * rows_per_item;
             const uint64_t r1 = std::min(batch, r0 + rows_per_item);
-            // Rows are contiguous and the stages never cross a row: one call per in-cache
-            // group of rows.
-            const uint64_t rows_per_call = std::max<uint64_t>(1, kL1Block<T> / n);
-            if (n > kL1Block<T>) {
-                for (uint64_t r = r0; r < r1; ++r) fwht_in_cache<T>(x + r * n, n, normalize, s);
+            if (n > l1) {
+                for (uint64_t r = r0; r < r1; ++r) fwht_in_cache<T>(x + r * n, n, l1, normalize, s);
                 return;
             }
+            // Rows are contiguous and the stages never cross a row: one call per in-cache
+            // group of rows.
+            const uint64_t rows_per_call = std::max<uint64_t>(1, l1 / n);
             for (uint64_t r = r0; r < r1; r += rows_per_call) {
                 T* rows = x + r * n;
                 const uint64_t len = (std::min(r1, r + rows_per_call) - r) * n;
@@ -149,7 +181,8 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
         });
         return;
     }
-    for (uint64_t r = 0; r < batch; ++r) fwht_long(x + r * n, n, normalize, s);
+    const LongPlan plan{l1, block, bk.l3_tree / sizeof(T), l1};
+    for (uint64_t r = 0; r < batch; ++r) fwht_long(plan, x + r * n, n, normalize, s);
 }
 
 template void fwht<float>(float*, uint64_t, uint64_t, bool);

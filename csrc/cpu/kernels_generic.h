@@ -248,15 +248,32 @@ struct GenericKernels {
         for (size_t i = 0; i < n; ++i) out[i] = out[i] + coef * static_cast<double>(z[i]);
     }
 
-    // Count-sketch loops: plain code that the compiler vectorises for each ISA. The sign is
-    // an exact negation by the sign bit, as in sketch.cpp's scalar code.
+    // Count-sketch loops: plain code that the compiler vectorises for each ISA, but for the
+    // buckets. The sign is an exact negation by the sign bit, as in sketch.cpp's scalar code.
+    //
+    // Buckets hi32(w * cols) of n words. cols < 2^32 (bind_sketch.cpp), so this is one
+    // 32 x 32 -> 64-bit multiply per lane (S::mulhilo); left to itself, GCC's vectoriser
+    // emulates a full 64 x 64-bit multiply (three multiplies and as many shifts and adds per
+    // pair of lanes), which made this step a quarter of the encode.
+    static void sketch_buckets(const uint32_t* hw, uint64_t cols, size_t n, uint32_t* idx) {
+        const uint32_t c = static_cast<uint32_t>(cols);
+        size_t i = 0;
+        if constexpr (L > 1) {
+            for (; i + L <= n; i += L) {
+                U hi, lo;
+                S::mulhilo(S::loadu(hw + i), c, &hi, &lo);
+                S::storeu(idx + i, hi);
+            }
+        }
+        for (; i < n; ++i) idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i]) * c) >> 32);
+    }
     template <class T>
     static void sketch_addends(const uint32_t* hw, const uint32_t* sw, const T* x, T s, uint64_t cols, size_t n,
                                uint32_t* idx, T* val) {
         using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
         constexpr int kShift = 8 * sizeof(T) - 32;
+        sketch_buckets(hw, cols, n, idx);
         for (size_t i = 0; i < n; ++i) {
-            idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i]) * cols) >> 32);
             Bits b;
             const T v = x[i] * s;
             std::memcpy(&b, &v, sizeof(T));
@@ -274,8 +291,7 @@ struct GenericKernels {
         T g[kTile];
         for (size_t i0 = 0; i0 < n; i0 += kTile) {
             const size_t m = n - i0 < kTile ? n - i0 : kTile;
-            for (size_t i = 0; i < m; ++i)
-                idx[i] = static_cast<uint32_t>((static_cast<uint64_t>(hw[i0 + i]) * cols) >> 32);
+            sketch_buckets(hw + i0, cols, m, idx);
             for (size_t i = 0; i < m; ++i) g[i] = row[idx[i]];
             for (size_t i = 0; i < m; ++i) {
                 double v = static_cast<double>(g[i]);

@@ -9,8 +9,8 @@ namespace dprec::cpu {
 
 // table[r * cols + h_r(j)] += s_r(j) * v_j for r < rows, j < dim (accumulates into table),
 // with v_j = x[j] * T(scale) computed in T, added (s = +1) or subtracted (s = -1) in T.
-// Each row is one work item and adds its elements in increasing j: bitwise deterministic for
-// any thread count. (The NumPy reference's bincount of signs * x * scale agrees to rounding.)
+// Each row is done by one thread and adds its elements in increasing j: bitwise deterministic
+// for any thread count and cache-derived grouping of rows into work items. (The NumPy reference's bincount of signs * x * scale agrees to rounding.)
 template <class T>
 void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group, uint32_t rows, uint64_t cols,
                          double scale, T* table);

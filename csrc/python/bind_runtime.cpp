@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "../common/normal_transform.h"
+#include "../cpu/cache_info.h"
 #include "../cpu/dispatch.h"
 #include "../cpu/parallel.h"
 
@@ -52,6 +53,15 @@ void bind_runtime(py::module_& m) {
     m.def("get_isa", [] {
         py::gil_scoped_release release;
         return std::string(cpu::kernels().name);
+    });
+    m.def("cache_sizes", [] {
+        const cpu::CacheSizes& c = cpu::cache_sizes();
+        py::dict d;
+        d["l1d"] = c.l1d;
+        d["l2"] = c.l2;
+        d["l3"] = c.l3;
+        d["source"] = c.source;
+        return d;
     });
     m.attr("NORMAL_TRANSFORM_VERSION") = kNormalTransformVersion;
     // Long kernels run with the GIL released; between work items the calling thread takes

@@ -40,6 +40,7 @@ def _info() -> int:
         print(f"CPU: {bench.cpu_model()}")
         print(f"ISA: {runtime.get_isa()} (available: {', '.join(runtime.available_isas())})")
         print(f"threads: {runtime.get_num_threads()}")
+        print(f"caches: {runtime.cache_summary()}")
     else:
         try:
             _native.native()

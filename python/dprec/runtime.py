@@ -56,6 +56,29 @@ def get_isa() -> str:
     return str(native().get_isa())
 
 
+def cache_sizes() -> dict[str, int | str]:
+    """Data cache sizes the native kernels block for: ``{"l1d", "l2", "l3"}`` in bytes, and ``"source"``.
+
+    ``l1d`` and ``l2`` are per core, ``l3`` the last-level cache as the system reports it
+    (shared by its cores). Read once from the operating system (Linux sysfs or sysconf, macOS
+    sysctl, Windows ``GetLogicalProcessorInformation``) or x86 CPUID; a size none of them
+    gives is a safe default (32 KiB, 1 MiB, 8 MiB) and ``source`` says so. Block sizes change
+    speed only, never results.
+    """
+    return dict(native().cache_sizes())
+
+
+def cache_summary() -> str:
+    """``cache_sizes()`` in one line, e.g. ``"L1d 32 KiB, L2 1 MiB, L3 32 MiB (sysfs)"``."""
+    c = cache_sizes()
+
+    def size(b: int | str) -> str:
+        v = int(b)
+        return f"{v >> 20} MiB" if v >= 1 << 20 and v % (1 << 20) == 0 else f"{v >> 10} KiB"
+
+    return f"L1d {size(c['l1d'])}, L2 {size(c['l2'])}, L3 {size(c['l3'])} ({c['source']})"
+
+
 def set_isa(name: str) -> None:
     """Force an instruction set (``"auto"`` for the best); also settable as ``DPREC_ISA``.
 
