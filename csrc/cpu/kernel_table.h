@@ -25,6 +25,10 @@
 
 namespace dprec::cpu {
 
+// The most Philox blocks per vector (KernelTable::lanes) of any ISA: AVX-512's 16. Callers of
+// llr_tile size their per-lane accumulators with it.
+constexpr int kMaxLanes = 16;
+
 // What every element of a QMGeo quantization shares (cpu/qmgeo.h has the rule; qmgeo.cpp
 // computes these once per call).
 struct QmgeoParams {

@@ -17,6 +17,7 @@ struct GenericKernels {
     using F = typename S::F;
     using M = typename S::M;
     static constexpr int L = S::kLanes;
+    static_assert(L <= dprec::cpu::kMaxLanes, "kMaxLanes (kernel_table.h) must cover every ISA's lanes");
     // Vectors of blocks per step of the vector loops.
     static constexpr int kUnroll = S::kUnroll;
 

@@ -1,5 +1,6 @@
 #include "parallel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -134,11 +135,13 @@ class Pool {
     ~Pool() { stop_and_join(); }
     int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-    void run(size_t n_items, const std::function<void(size_t)>& body) {
+    // At most max_workers pool threads join the caller.
+    void run(size_t n_items, const std::function<void(size_t)>& body, int max_workers) {
         {
             std::lock_guard<std::mutex> lock(mutex_);
             body_ = &body;
             n_items_ = n_items;
+            seats_ = max_workers;
             next_.store(0);
             open_ = true;
             error_ = nullptr;
@@ -213,7 +216,8 @@ class Pool {
                 if (!woke) wake_.wait(lock, news);
                 if (stopping_.load()) return;
                 seen = generation_.load();
-                if (!open_) continue;  // the caller already took every item
+                if (!open_ || seats_ <= 0) continue;  // every item taken, or enough threads joined
+                --seats_;
                 participants_.fetch_add(1, std::memory_order_relaxed);
                 body = body_;
                 n_items = n_items_;
@@ -237,6 +241,7 @@ class Pool {
     // Guarded by mutex_.
     const std::function<void(size_t)>* body_ = nullptr;
     size_t n_items_ = 0;
+    int seats_ = 0;  // pool threads that may still join the open call
     bool open_ = false;
     std::exception_ptr error_;
     std::atomic<size_t> next_{0};
@@ -299,9 +304,15 @@ int get_num_threads() {
 void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check); }
 
 void parallel_for(size_t n_items, const std::function<void(size_t)>& body) {
+    parallel_for(n_items, body, kMaxThreads);
+}
+
+void parallel_for(size_t n_items, const std::function<void(size_t)>& body, int max_threads) {
     if (n_items == 0) return;
-    std::unique_lock<std::mutex> run_lock(g_run_mutex, std::try_to_lock);
-    if (!run_lock.owns_lock() || n_items == 1 || get_num_threads() == 1) {
+    const bool inline_only = max_threads <= 1 || n_items == 1;
+    std::unique_lock<std::mutex> run_lock(g_run_mutex, std::defer_lock);
+    if (!inline_only) run_lock.try_lock();
+    if (!run_lock.owns_lock() || get_num_threads() == 1) {
         InterruptPoll poll;
         for (size_t i = 0; i < n_items; ++i) {
             body(i);
@@ -309,7 +320,9 @@ void parallel_for(size_t n_items, const std::function<void(size_t)>& body) {
         }
         return;
     }
-    acquire_pool()->run(n_items, body);
+    // No more threads than items: a thread that finds no item only adds a wake-up.
+    const size_t useful = std::min<size_t>(n_items, static_cast<size_t>(max_threads));
+    acquire_pool()->run(n_items, body, static_cast<int>(useful) - 1);
 }
 
 }  // namespace dprec::cpu

@@ -33,6 +33,11 @@ std::string num_threads_env_problem();
 // set_num_threads).
 void parallel_for(size_t n_items, const std::function<void(size_t)>& body);
 
+// As above, on at most max_threads threads (the calling thread included; values below 1
+// count as 1). For work too small to repay waking the pool: with max_threads 1 the items
+// run inline, on the calling thread, and no pool thread is woken.
+void parallel_for(size_t n_items, const std::function<void(size_t)>& body, int max_threads);
+
 // Polled by the thread that called parallel_for (never by a pool worker), between items
 // and at most every few tens of milliseconds; returning true abandons the call. The
 // Python bindings install one that runs the interpreter's signal handlers (Ctrl-C), so it

@@ -18,6 +18,25 @@ void fill_normals(const StreamId& id, uint64_t offset, uint64_t count, float sca
 template <class T>
 void rec_dot_products(const T* phi, uint64_t d, uint64_t seed, uint32_t group, uint32_t n_candidates, double* out);
 
+// One group of rec_dot_products_groups: d >= 1 elements of float (f64 false) or double at phi,
+// candidates of group id `group`, logits written to out[out_offset .. out_offset + n_candidates).
+struct RecGroup {
+    const void* phi;
+    bool f64;
+    uint64_t d;
+    uint32_t group;
+    uint32_t n_candidates;
+    uint64_t out_offset;
+    double factor;
+};
+
+// The logits of every group of an update in one call: for each group g and k < n_candidates,
+//   out[out_offset + k] = factor * sum_i z_{group,k}[i] * phi[i],
+// with the sum the very one rec_dot_products computes (same tiles, same order, bit for bit),
+// then one double multiplication. The work of all groups is one list of items, so a small
+// update wakes the pool at most once, and the thread count follows the total work.
+void rec_dot_products_groups(const RecGroup* groups, size_t n_groups, uint64_t seed, double* out);
+
 // out[i] += coef[c] * z_{seed[c], group, index[c]}[i] for clients c in order, i < d.
 // In float32 each step is out + float(coef) * z; in float64 it is out + coef * double(z).
 template <class T>

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "../cpu/rec.h"
 #include "arrays.h"
@@ -35,6 +36,81 @@ void bind_rec(py::module_& m) {
             }
         },
         py::arg("phi"), py::arg("seed"), py::arg("group"), py::arg("out"));
+
+    m.def(
+        "rec_dot_products_groups",
+        [](const py::list& tensors, uint64_t seed, const py::array& groups, const py::array& offsets,
+           const py::array& factors, py::array& out) {
+            // Each group is a row (tensor, start, size, group id) of `groups`; its logits go to
+            // out[offsets[g] .. offsets[g+1]).
+            std::vector<py::array> arrays;
+            arrays.reserve(tensors.size());
+            for (size_t t = 0; t < tensors.size(); ++t) {
+                const std::string name = "tensors[" + std::to_string(t) + "]";
+                if (!py::isinstance<py::array>(tensors[t])) throw py::type_error(name + " must be a numpy.ndarray");
+                py::array a = py::reinterpret_borrow<py::array>(tensors[t]);
+                if (has_dtype(a, py::dtype::of<float>()))
+                    input<float>(a, name.c_str());
+                else
+                    input<double>(a, name.c_str());
+                arrays.push_back(a);
+            }
+            const uint64_t* rows = input<uint64_t>(groups, "groups");
+            const int64_t* off = input<int64_t>(offsets, "offsets");
+            const double* fac = input<double>(factors, "factors");
+            double* o = output<double>(out, "out");
+            if (groups.size() % 4 != 0)
+                throw py::value_error("groups must hold rows of 4 (tensor, start, size, group), got " +
+                                      std::to_string(groups.size()) + " values");
+            const size_t n = static_cast<size_t>(groups.size() / 4);
+            if (offsets.size() != static_cast<py::ssize_t>(n + 1) || factors.size() != static_cast<py::ssize_t>(n))
+                throw py::value_error(
+                    "offsets must have one more element than there are groups, factors one per group");
+            if (off[0] != 0 || off[n] != static_cast<int64_t>(out.size()))
+                throw py::value_error("offsets must start at 0 and end at out.size");
+            std::vector<cpu::RecGroup> specs(n);
+            for (size_t g = 0; g < n; ++g) {
+                const uint64_t* r = rows + 4 * g;
+                const std::string name = "groups[" + std::to_string(g) + "]";
+                if (r[0] >= arrays.size()) throw py::value_error(name + " names a tensor index out of range");
+                const py::array& a = arrays[static_cast<size_t>(r[0])];
+                const uint64_t size = static_cast<uint64_t>(a.size());
+                if (r[2] == 0 || r[1] > size || r[2] > size - r[1])
+                    throw py::value_error(name + ": start and size must select 1 or more elements of its tensor");
+                check_stream_range(0, r[2]);
+                if (r[3] > 0xffffffffu) throw py::value_error(name + ": the group id must be < 2**32");
+                const int64_t k = off[g + 1] - off[g];
+                if (k < 1 || k > (int64_t(1) << 24))
+                    throw py::value_error("offsets: group " + std::to_string(g) + " must have 1 .. 2**24 candidates");
+                const bool f64 = !has_dtype(a, py::dtype::of<float>());
+                const char* first = static_cast<const char*>(a.data()) + r[1] * static_cast<uint64_t>(a.itemsize());
+                specs[g] = cpu::RecGroup{first, f64, r[2], static_cast<uint32_t>(r[3]), static_cast<uint32_t>(k),
+                                         static_cast<uint64_t>(off[g]), fac[g]};
+            }
+            py::gil_scoped_release release;
+            cpu::rec_dot_products_groups(specs.data(), n, seed, o);
+        },
+        py::arg("tensors"), py::arg("seed"), py::arg("groups"), py::arg("offsets"), py::arg("factors"), py::arg("out"));
+
+    m.def(
+        "gumbel_argmax_groups",
+        [](const py::array& logits, const py::array& gumbel, const py::array& offsets, py::array& out) {
+            const double* l = input<double>(logits, "logits");
+            const double* g = input<double>(gumbel, "gumbel");
+            const int64_t* off = input<int64_t>(offsets, "offsets");
+            int64_t* o = output<int64_t>(out, "out");
+            if (gumbel.size() != logits.size()) throw py::value_error("gumbel must have the size of logits");
+            const size_t n = static_cast<size_t>(out.size());
+            if (offsets.size() != static_cast<py::ssize_t>(n + 1))
+                throw py::value_error("offsets must have one more element than out");
+            if (off[0] != 0 || off[n] != static_cast<int64_t>(logits.size()))
+                throw py::value_error("offsets must start at 0 and end at logits.size");
+            for (size_t i = 0; i < n; ++i)
+                if (off[i + 1] <= off[i]) throw py::value_error("offsets must be strictly increasing");
+            for (size_t i = 0; i < n; ++i)
+                o[i] = cpu::gumbel_argmax(l + off[i], g + off[i], static_cast<size_t>(off[i + 1] - off[i]));
+        },
+        py::arg("logits"), py::arg("gumbel"), py::arg("offsets"), py::arg("out"));
 
     m.def(
         "rec_accumulate",

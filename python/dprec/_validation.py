@@ -29,6 +29,8 @@ def check_integer(value: Any, name: str) -> int:
     rejected although it is an int subclass, and so are floats, even integral ones
     (``16.9`` must not silently become 16), strings and everything else.
     """
+    if type(value) is int:  # the common case, without the ABC check below (bool is not of type int)
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {reprlib.repr(value)}")
     return int(value)

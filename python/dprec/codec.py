@@ -140,6 +140,8 @@ __all__ = [
 _PRESCALE_NORM = 1e200
 # Below this sum of squares float64 squares may have underflowed; the norm is recomputed rescaled.
 _TINY_SUMSQ = 2.0**-800
+# Update structures whose layout a codec keeps (DPRECCodec._cached_layout).
+_LAYOUT_CACHE_SIZE = 8
 
 BitsSpec = Union[int, Mapping]
 
@@ -402,6 +404,10 @@ class DPRECCodec:
         self._max_group_size = max_group_size
         _dispatch.check_backend(backend)
         self._backend = backend
+        # (names, shapes) -> (Layout, groups table, logits offsets) of the last few update
+        # structures: a client encodes one model's updates round after round, and building a
+        # layout (its groups and digest) costs more Python than a small update's encode has.
+        self._layouts: dict[tuple, tuple[Layout, np.ndarray, np.ndarray]] = {}
 
     # -- read-only parameters ------------------------------------------------------------
 
@@ -449,6 +455,29 @@ class DPRECCodec:
         return self._bits
 
     def _make_layout(self, names: tuple[str, ...], shapes: list[tuple[int, ...]], labels: list[str]) -> Layout:
+        return self._cached_layout(names, shapes, labels)[0]
+
+    def _cached_layout(
+        self, names: tuple[str, ...], shapes: list[tuple[int, ...]], labels: list[str]
+    ) -> tuple[Layout, np.ndarray, np.ndarray]:
+        """The layout, and the kernels' view of it: rows ``(tensor, start, size, group)``
+        (uint64, (G, 4)) and the offsets of each group's logits (int64, G + 1), both read-only.
+        Computed once per (names, shapes) among the last :data:`_LAYOUT_CACHE_SIZE`."""
+        key = (names, tuple(tuple(s) for s in shapes))
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit
+        layout = self._build_layout(names, shapes, labels)
+        rows = np.array([(g.tensor, g.start, g.size, g.group) for g in layout.groups], dtype=np.uint64).reshape(-1, 4)
+        offsets = np.zeros(len(layout.groups) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([1 << g.bits for g in layout.groups])
+        rows.flags.writeable = offsets.flags.writeable = False
+        if len(self._layouts) >= _LAYOUT_CACHE_SIZE:
+            self._layouts.clear()
+        self._layouts[key] = (layout, rows, offsets)
+        return layout, rows, offsets
+
+    def _build_layout(self, names: tuple[str, ...], shapes: list[tuple[int, ...]], labels: list[str]) -> Layout:
         if isinstance(self._bits, dict):
             unknown = sorted(set(self._bits) - set(names))
             if unknown:
@@ -554,7 +583,7 @@ class DPRECCodec:
             raise TypeError(f"return_info must be a bool, got {type(return_info).__name__}")
         tree = _flatten(update, "update")
         leaves, _ = _leaf_arrays(tree, "update")
-        layout = self._make_layout(tree.names, [a.shape for a in leaves], tree.labels)
+        layout, rows, offsets = self._cached_layout(tree.names, [a.shape for a in leaves], tree.labels)
         kernels = _dispatch.select(self._backend, leaves[0], "update")
         # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous host copies);
         # the norm below finds any NaN or infinity.
@@ -573,21 +602,19 @@ class DPRECCodec:
                     scaled = _arrays.empty(a, a.shape, "float64")
                     kernels.scale(a, info.scale, scaled)
                     arrays[i], scales[i] = scaled, 1.0
-        ks = [1 << g.bits for g in layout.groups]
-        offsets = np.zeros(len(ks) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum(ks)
         logits = _arrays.empty(arrays[0], (int(offsets[-1]),), "float64")
-        for g, off, k in zip(layout.groups, offsets.tolist(), ks):
-            phi = arrays[g.tensor].flat(g.start, g.size)
-            kernels.dot_products(phi, seed, g.group, scales[g.tensor] / self._sigma, logits.flat(off, k))
+        # Every group's logits in one kernel call (one native call on the CPU, with no Python per
+        # group: a small update would otherwise spend more time in calls than in its candidates).
+        factors = np.array(scales, dtype=np.float64)[rows[:, 0].astype(np.intp)] / self._sigma
+        kernels.dot_products_groups(arrays, seed, rows, offsets, factors, logits)
         if not self._logits_surely_finite(norm, info.scale, layout):
             _arrays.require_finite(logits, "logits")
-        # One private draw per group, in group order (the noise of G sample_index calls).
-        noise = np.concatenate([rec.gumbel_noise(k, gen) for k in ks])
+        # The private noise of G sample_index calls in group order, drawn at once: each value
+        # takes one 64-bit word of rng (rec.gumbel_noise), so one draw of sum K_g values is the
+        # concatenation of the G draws, bit for bit.
+        noise = rec.gumbel_noise(int(offsets[-1]), gen)
         indices = kernels.gumbel_argmax(logits, noise, offsets)
-        msg = DPRECMessage(
-            seed=seed, bits=layout.bits, indices=tuple(int(i) for i in indices), layout_digest=layout.digest
-        )
+        msg = DPRECMessage._checked(seed, layout.bits, tuple(np.asarray(indices).tolist()), layout.digest)
         return (msg, info) if return_info else msg
 
     def _logits_surely_finite(self, norm: float, scale: float, layout: Layout) -> bool:

@@ -125,6 +125,20 @@ class DPRECMessage:
         object.__setattr__(self, "layout_digest", digest)
         object.__setattr__(self, "_nbytes", _message_nbytes(bits))
 
+    @classmethod
+    def _checked(cls, seed: int, bits: tuple[int, ...], indices: tuple[int, ...], digest: bytes) -> DPRECMessage:
+        """A message of values the caller has already checked (the encoder: a checked seed, its
+        layout's bits and digest, each index from a Gumbel-max over ``2**bits`` candidates),
+        without validating them again: on a small update that would cost a noticeable share of
+        the encode."""
+        msg = object.__new__(cls)
+        object.__setattr__(msg, "seed", seed)
+        object.__setattr__(msg, "bits", bits)
+        object.__setattr__(msg, "indices", indices)
+        object.__setattr__(msg, "layout_digest", digest)
+        object.__setattr__(msg, "_nbytes", _message_nbytes(bits))
+        return msg
+
     @property
     def num_groups(self) -> int:
         """Number of groups ``G``."""

@@ -196,8 +196,15 @@ def gumbel_noise(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
     """
     n = check_size(n, "n")
     rng = private_rng(rng)
-    u = (rng.integers(0, 1 << 53, size=n, dtype=np.uint64).astype(np.float64) + 0.5) * 2.0**-53
-    return -np.log(-np.log(u))
+    # In place, the same IEEE operations as -log(-log((m + 0.5) * 2**-53)) without temporaries.
+    g = rng.integers(0, 1 << 53, size=n, dtype=np.uint64).astype(np.float64)
+    g += 0.5
+    g *= 2.0**-53
+    np.log(g, out=g)
+    np.negative(g, out=g)
+    np.log(g, out=g)
+    np.negative(g, out=g)
+    return g
 
 
 def _noise(n: int, rng: np.random.Generator | None, gumbel: Any, shape: tuple[int, ...]) -> np.ndarray:

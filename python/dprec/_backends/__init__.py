@@ -72,6 +72,16 @@ class Kernels(Protocol):
     def dot_products(self, phi: Array, seed: int, group: int, factor: float, out: Array) -> None:
         """``out[k] = factor * <z_k, phi>`` for ``k < out.size`` (float64)."""
 
+    def dot_products_groups(
+        self, phis: list[Array], seed: int, groups: U64s, offsets: I64s, factors: F64s, out: Array
+    ) -> None:
+        """The logits of every group of an update in one call: row ``g`` of ``groups`` (shape
+        ``(G, 4)``) is ``(tensor, start, size, group id)``, and ``out[offsets[g] + k] = factors[g] *
+        <z_{group id, k}, phis[tensor].flat(start, size)>`` for ``k < offsets[g+1] - offsets[g]``,
+        each value the bits :meth:`dot_products` gives for that group. ``phis`` are the update's
+        C-contiguous tensors (any shape, read in flat order) on one device, ``out`` float64 of
+        ``offsets[-1]`` elements there."""
+
     def gumbel_argmax(self, logits: Array, noise: F64s, offsets: I64s) -> I64s:
         """Per segment ``offsets[g] .. offsets[g+1]`` of the flat float64 ``logits``, the first
         ``argmax (logits + noise)`` (relative to the segment)."""

@@ -59,9 +59,19 @@ class CpuKernels(host.HostKernels):
         out.host *= factor
 
     @staticmethod
+    def dot_products_groups(
+        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray, out: Array
+    ) -> None:
+        # One native call for all groups: one wake of the pool (or none for a small update, whose
+        # thread count the kernel chooses by its work), no Python per group.
+        _core().rec_dot_products_groups([_flat(p) for p in phis], seed, groups.reshape(-1), offsets, factors,
+                                        _flat(out))
+
+    @staticmethod
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        core, lg = _core(), _flat(logits)
-        return np.array([core.gumbel_argmax(lg[a:b], noise[a:b]) for a, b in host.segments(offsets)], dtype=np.int64)
+        out = np.empty(offsets.size - 1, dtype=np.int64)
+        _core().gumbel_argmax_groups(_flat(logits), noise, offsets, out)
+        return out
 
     @staticmethod
     def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:

@@ -93,6 +93,16 @@ class CudaKernels:
                                  out.ptr, scratch=phi.scratch)
 
     @staticmethod
+    def dot_products_groups(
+        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray, out: Array
+    ) -> None:
+        # A GPU runs each group's kernel asynchronously on the stream: a loop of launches costs
+        # no waits, so the per-group operation serves.
+        for (t, start, size, group), a, b, f in zip(groups.tolist(), offsets[:-1].tolist(), offsets[1:].tolist(),
+                                                     factors.tolist()):
+            CudaKernels.dot_products(phis[t].flat(start, size), seed, group, f, out.flat(a, b - a))
+
+    @staticmethod
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return _cuda().gumbel_argmax(logits.device, logits.stream, logits.ptr, noise, offsets, scratch=logits.scratch)
 

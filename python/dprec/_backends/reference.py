@@ -51,6 +51,16 @@ class ReferenceKernels(host.HostKernels):
         out.host[...] = _rec.dot_products(phi.host, seed, group, out.size) * factor
 
     @staticmethod
+    def dot_products_groups(
+        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray, out: Array
+    ) -> None:
+        lg = out.host.reshape(-1)
+        for (t, start, size, group), a, b, f in zip(groups.tolist(), offsets[:-1].tolist(), offsets[1:].tolist(),
+                                                     factors.tolist()):
+            phi = phis[t].host.reshape(-1)[start : start + size]
+            lg[a:b] = _rec.dot_products(phi, seed, group, b - a) * f
+
+    @staticmethod
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lg = logits.host.reshape(-1)
         return np.array([_rec.gumbel_argmax(lg[a:b], noise[a:b]) for a, b in host.segments(offsets)], dtype=np.int64)
