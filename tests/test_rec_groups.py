@@ -242,3 +242,106 @@ def test_encode_bytes_are_unchanged(backend, case, threads):
         for seed in (1, 0xFEEDFACECAFEBEEF):
             msg = codec.encode(update, rng=np.random.default_rng(seed + 7), seed=seed)
             assert msg.to_bytes().hex() == _KNOWN_MESSAGES[(case, seed)], (case, seed, n)
+
+
+# -- the fused draw (sample_groups), its noise words and the clip norm's sum of squares ----------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sample_groups_is_dot_products_then_gumbel_argmax(backend, rng, threads):
+    tensors, spec, factors = _mixed(rng)
+    if backend == "reference":
+        spec, factors = spec[:5], factors[:5]
+    rows, offsets, fac = _groups(tensors, spec, factors)
+    arrays = [_arrays.read(t, f"t{i}") for i, t in enumerate(tensors)]
+    kernels = _backends.BY_NAME[backend]
+    for n in (1, 2):
+        threads(n)
+        for trial in range(5):
+            words = rec._gumbel_words(int(offsets[-1]), np.random.default_rng(trial))
+            logits = np.full(int(offsets[-1]), np.nan)
+            got = kernels.sample_groups(arrays, 99, rows, offsets, fac, words, _arrays.read(logits, "logits"))
+            assert _same_bits(logits, _grouped(backend, tensors, 99, spec, factors))
+            noise = rec.gumbel_noise(int(offsets[-1]), np.random.default_rng(trial))
+            bounds = offsets.tolist()
+            want = [int(np.argmax(logits[a:b] + noise[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+            assert got.tolist() == want
+
+
+@pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64,
+                                           np.random.MT19937])
+def test_gumbel_words_are_integers_below_2_53(bit_generator):
+    a, b = np.random.Generator(bit_generator(11)), np.random.Generator(bit_generator(11))
+    for n in (1, 7, 512, 10_000):
+        assert np.array_equal(rec._gumbel_words(n, a), b.integers(0, 1 << 53, size=n, dtype=np.uint64))
+    # Both generators end in the same state: the next draws agree.
+    assert np.array_equal(a.integers(0, 2**63, size=4), b.integers(0, 2**63, size=4))
+
+
+@requires_native
+def test_sample_groups_rejects_words_of_more_than_53_bits(rng):
+    core = _native.native()
+    x = rng.standard_normal(10).astype(np.float32)
+    rows = np.array([0, 0, 10, 0], dtype=np.uint64)
+    offsets = np.array([0, 4], dtype=np.int64)
+    words = np.array([1, 2, 1 << 53, 3], dtype=np.uint64)
+    with pytest.raises(ValueError, match="words must be < 2\\*\\*53"):
+        core.rec_sample_groups([x], 1, rows, offsets, np.ones(1), words, np.empty(4), np.empty(1, np.int64))
+    with pytest.raises(ValueError, match="words must have the size of logits"):
+        core.rec_sample_groups([x], 1, rows, offsets, np.ones(1), words[:3], np.empty(4), np.empty(1, np.int64))
+    with pytest.raises(ValueError, match="indices must have one element per group"):
+        core.rec_sample_groups([x], 1, rows, offsets, np.ones(1), np.arange(4, dtype=np.uint64),
+                               np.empty(4), np.empty(2, np.int64))
+
+
+@requires_native
+def test_sample_groups_reports_non_finite_logits(rng):
+    core = _native.native()
+    x = np.array([1e308, -1e308, 1e308], dtype=np.float64)
+    rows = np.array([0, 0, 3, 0], dtype=np.uint64)
+    offsets = np.array([0, 8], dtype=np.int64)
+    words = np.arange(8, dtype=np.uint64)
+    out = np.empty(1, np.int64)
+    assert core.rec_sample_groups([x], 1, rows, offsets, np.array([1e10]), words, np.empty(8), out) == 1
+    assert core.rec_sample_groups([x * 0 + np.nan], 1, rows, offsets, np.ones(1), words, np.empty(8), out) == 2
+    assert core.rec_sample_groups([x * 1e-300], 1, rows, offsets, np.ones(1), words, np.empty(8), out) == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("divisor", [1.0, 3.7, 1e-300])
+def test_sum_of_squares_native_is_the_reference_bit_for_bit(dtype, divisor, rng, threads):
+    """The clip norm's sum: the CPU kernel and the NumPy reference add in one documented order
+    (chunks of 2**16, 8 lanes), so both host backends clip by the same norm whatever the
+    thread count."""
+    sizes = [1, 7, 8, 9, 63, 2410, (1 << 16) - 1, 1 << 16, (1 << 16) + 1, 9 * (1 << 16) + 5]
+    xs = [(rng.standard_normal(n) * rng.uniform(1e-3, 1e3)).astype(dtype) for n in sizes]
+    if divisor == 1e-300 and dtype == np.float64:
+        xs = [x * 1e-290 for x in xs]
+    want = [dprec.reference.rec.sum_of_squares(x, divisor) for x in xs]
+    ref, _ = _backends.BY_NAME["reference"].norm_stats([_arrays.read(x, "x") for x in xs], divisor)
+    assert ref == want
+    if _native.native() is None:
+        return
+    for n in (1, 2):
+        threads(n)
+        got, _ = _backends.BY_NAME["cpu"].norm_stats([_arrays.read(x, "x") for x in xs], divisor)
+        assert np.array_equal(np.array(got).view(np.uint64), np.array(want).view(np.uint64)), n
+
+
+def test_sum_of_squares_order_is_the_documented_one(rng):
+    """The reference's NumPy expression really sums each lane in element order (checked against
+    plain Python on values whose sum depends on the order)."""
+    x = np.concatenate([rng.standard_normal(3000) * 10.0 ** rng.integers(-8, 8, 3000), [1e8, 1e-8, 3.0]])
+    lanes = [0.0] * 8
+    for j, v in enumerate(x.tolist()):
+        lanes[j % 8] += v * v
+    want = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    assert dprec.reference.rec.sum_of_squares(x) == want
+
+
+def test_sum_of_squares_is_accurate_and_non_finite_when_it_must_be(rng):
+    x = rng.standard_normal(300_000)
+    exact = float(np.sum(np.square(x.astype(np.longdouble))))
+    assert abs(dprec.reference.rec.sum_of_squares(x) - exact) <= 1e-12 * exact
+    assert np.isnan(dprec.reference.rec.sum_of_squares(np.array([1.0, np.nan])))
+    assert dprec.reference.rec.sum_of_squares(np.array([1e200, 1.0])) == np.inf

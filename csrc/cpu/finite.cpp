@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "dispatch.h"
 #include "parallel.h"
@@ -15,7 +16,56 @@ constexpr uint64_t kItem = uint64_t(1) << 16;
 inline bool chunk_finite(const float* x, uint64_t n) { return kernels().all_finite_f32(x, n); }
 inline bool chunk_finite(const double* x, uint64_t n) { return kernels().all_finite_f64(x, n); }
 
+// One chunk of sum_of_squares. The lanes are independent sums, so the compiler vectorises
+// them without reassociating anything (-ffp-contract=off keeps v * v and + apart, as NumPy
+// computes them).
+template <class T, bool kDivide>
+double chunk_sum_of_squares(const T* x, uint64_t n, double divisor) {
+    constexpr uint64_t L = kSumSquaresLanes;
+    double acc[L] = {};
+    const auto term = [divisor](T value) {
+        const double v = kDivide ? static_cast<double>(value) / divisor : static_cast<double>(value);
+        return v * v;
+    };
+    uint64_t i = 0;
+    for (; i + L <= n; i += L)
+        for (uint64_t j = 0; j < L; ++j) acc[j] += term(x[i + j]);
+    for (uint64_t j = 0; i < n; ++i, ++j) acc[j] += term(x[i]);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+template <class T>
+double chunk_sum_of_squares(const T* x, uint64_t n, double divisor) {
+    return divisor == 1.0 ? chunk_sum_of_squares<T, false>(x, n, divisor) : chunk_sum_of_squares<T, true>(x, n, divisor);
+}
+
+// Below this many chunks the calling thread sums alone (waking the pool costs more).
+constexpr uint64_t kMinParallelChunks = 8;
+
 }  // namespace
+
+template <class T>
+double sum_of_squares(const T* x, uint64_t n, double divisor) {
+    const uint64_t n_chunks = (n + kSumSquaresChunk - 1) / kSumSquaresChunk;
+    double total = 0.0;
+    if (n_chunks < kMinParallelChunks) {
+        for (uint64_t c = 0; c < n_chunks; ++c) {
+            const uint64_t i0 = c * kSumSquaresChunk;
+            total += chunk_sum_of_squares(x + i0, std::min(kSumSquaresChunk, n - i0), divisor);
+        }
+        return total;
+    }
+    std::vector<double> sums(static_cast<size_t>(n_chunks));
+    parallel_for(static_cast<size_t>(n_chunks), [&](size_t c) {
+        const uint64_t i0 = c * kSumSquaresChunk;
+        sums[c] = chunk_sum_of_squares(x + i0, std::min(kSumSquaresChunk, n - i0), divisor);
+    });
+    for (double s : sums) total += s;  // in chunk order, whatever thread computed each
+    return total;
+}
+
+template double sum_of_squares<float>(const float*, uint64_t, double);
+template double sum_of_squares<double>(const double*, uint64_t, double);
 
 template <class T>
 bool all_finite(const T* x, uint64_t n) {

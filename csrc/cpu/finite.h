@@ -1,4 +1,5 @@
-// Finiteness of a float buffer, for the input checks of the public API (SPEC §7).
+// Scans of float buffers: finiteness, for the input checks of the public API (SPEC §7), and
+// the float64 sum of squares the codecs clip by.
 #pragma once
 
 #include <cstdint>
@@ -9,5 +10,18 @@ namespace dprec::cpu {
 // large n; reads x once.
 template <class T>
 bool all_finite(const T* x, uint64_t n);
+
+// Elements per chunk of sum_of_squares, and its lanes.
+constexpr uint64_t kSumSquaresChunk = uint64_t(1) << 16;
+constexpr uint64_t kSumSquaresLanes = 8;
+
+// sum_i (x[i] / divisor)^2 in float64 (the division skipped when divisor == 1), in an order
+// that the NumPy reference (dprec.reference.rec.sum_of_squares) reproduces bit for bit and that
+// no thread count changes: chunks of kSumSquaresChunk elements; within a chunk element j goes to
+// lane j % 8, each lane summed in element order from +0; the lanes combined as
+// ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)); the chunk sums added in chunk order. NaN or
+// infinity in x, or overflow, gives a non-finite result.
+template <class T>
+double sum_of_squares(const T* x, uint64_t n, double divisor);
 
 }  // namespace dprec::cpu

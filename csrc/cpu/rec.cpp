@@ -172,9 +172,16 @@ int llr_threads(const KernelTable& k, double work) {
     return by_work < 1.0 ? 1 : by_work > kMaxThreads ? kMaxThreads : static_cast<int>(by_work);
 }
 
-}  // namespace
+// The Gumbel noise of one 53-bit word (see gumbel_argmax_words).
+inline double gumbel_of_word(uint64_t m) {
+    const double u = (static_cast<double>(m) + 0.5) * 0x1p-53;  // in (0, 1): both logs finite
+    return -std::log(-std::log(u));
+}
 
-void rec_dot_products_groups(const RecGroup* groups, size_t n_groups, uint64_t seed, double* out) {
+// rec_dot_products_groups, with n_extra more items on the pool after the groups' own (the
+// work that may run beside them): extra(i) for i < n_extra.
+void dot_products_groups_and(const RecGroup* groups, size_t n_groups, uint64_t seed, double* out, size_t n_extra,
+                             const std::function<void(size_t)>& extra) {
     if (n_groups == 0) return;
     const KernelTable& k = kernels();
     const uint64_t lanes = static_cast<uint64_t>(k.lanes);
@@ -205,7 +212,14 @@ void rec_dot_products_groups(const RecGroup* groups, size_t n_groups, uint64_t s
         else
             llr_item(k, static_cast<const float*>(grp.phi), grp.d, seed, grp.group, plan, seg, k_first, nk, part);
     };
-    parallel_for(static_cast<size_t>(first_item[n_groups]), item_body, llr_threads(k, work));
+    const size_t n_items = static_cast<size_t>(first_item[n_groups]);
+    const auto body = [&](size_t item) {
+        if (item < n_items)
+            item_body(item);
+        else
+            extra(item - n_items);
+    };
+    parallel_for(n_items + n_extra, body, llr_threads(k, work));
     for (size_t g = 0; g < n_groups; ++g) {
         const double* part = partial.data() + first_partial[g];
         const uint64_t n_segments = plans[g].n_segments;
@@ -216,6 +230,35 @@ void rec_dot_products_groups(const RecGroup* groups, size_t n_groups, uint64_t s
             o[kk] = sum * groups[g].factor;
         }
     }
+}
+
+}  // namespace
+
+void rec_dot_products_groups(const RecGroup* groups, size_t n_groups, uint64_t seed, double* out) {
+    dot_products_groups_and(groups, n_groups, seed, out, 0, [](size_t) {});
+}
+
+int rec_sample_groups(const RecGroup* groups, size_t n_groups, uint64_t seed, const uint64_t* words,
+                      uint64_t n_logits, double* logits, int64_t* indices) {
+    // The noise in items of this many values, after the dot products' items: short ones that
+    // fill the threads' last gaps.
+    constexpr uint64_t kNoiseItem = 256;
+    std::vector<double> noise(static_cast<size_t>(n_logits));
+    dot_products_groups_and(groups, n_groups, seed, logits, static_cast<size_t>(ceil_div(n_logits, kNoiseItem)),
+                            [&](size_t item) {
+                                const uint64_t end = std::min(n_logits, (item + 1) * kNoiseItem);
+                                for (uint64_t i = item * kNoiseItem; i < end; ++i) noise[i] = gumbel_of_word(words[i]);
+                            });
+    for (size_t g = 0; g < n_groups; ++g) {
+        const uint64_t first = groups[g].out_offset;
+        indices[g] = gumbel_argmax(logits + first, noise.data() + first, groups[g].n_candidates);
+    }
+    bool nan = false, inf = false;
+    for (uint64_t i = 0; i < n_logits; ++i) {
+        nan = nan || std::isnan(logits[i]);
+        inf = inf || std::isinf(logits[i]);
+    }
+    return nan ? 2 : inf ? 1 : 0;
 }
 
 template <class T>
@@ -252,6 +295,19 @@ int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n) {
     double best_value = logits[0] + gumbel[0];
     for (size_t i = 1; i < n; ++i) {
         const double v = logits[i] + gumbel[i];
+        if (v > best_value) {
+            best_value = v;
+            best = static_cast<int64_t>(i);
+        }
+    }
+    return best;
+}
+
+int64_t gumbel_argmax_words(const double* logits, const uint64_t* words, size_t n) {
+    int64_t best = 0;
+    double best_value = logits[0] + gumbel_of_word(words[0]);
+    for (size_t i = 1; i < n; ++i) {
+        const double v = logits[i] + gumbel_of_word(words[i]);
         if (v > best_value) {
             best_value = v;
             best = static_cast<int64_t>(i);

@@ -37,6 +37,13 @@ struct RecGroup {
 // update wakes the pool at most once, and the thread count follows the total work.
 void rec_dot_products_groups(const RecGroup* groups, size_t n_groups, uint64_t seed, double* out);
 
+// Every group's Gumbel-max draw in one call: rec_dot_products_groups into logits (n_logits
+// values), then indices[g] = gumbel_argmax_words of group g's logits and words. The noise is
+// computed on the pool beside the dot products. Returns 0 when every logit is finite, else 2
+// when one is NaN, 1 when one is infinite (and none NaN); the indices are meaningless then.
+int rec_sample_groups(const RecGroup* groups, size_t n_groups, uint64_t seed, const uint64_t* words,
+                      uint64_t n_logits, double* logits, int64_t* indices);
+
 // out[i] += coef[c] * z_{seed[c], group, index[c]}[i] for clients c in order, i < d.
 // In float32 each step is out + float(coef) * z; in float64 it is out + coef * double(z).
 template <class T>
@@ -45,5 +52,11 @@ void rec_accumulate(T* out, uint64_t d, uint32_t group, const uint64_t* seeds, c
 
 // argmax_k (logits[k] + gumbel[k]); the first index on ties.
 int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n);
+
+// gumbel_argmax with the noise of 53-bit words m[i] (each < 2**53):
+// gumbel[i] = -log(-log((m[i] + 1/2) 2**-53)), the operations of dprec.reference.rec.gumbel_from_words
+// with the C library's log (which may differ from NumPy's in the last bit: the noise is private
+// randomness, not part of any contract).
+int64_t gumbel_argmax_words(const double* logits, const uint64_t* words, size_t n);
 
 }  // namespace dprec::cpu

@@ -140,6 +140,8 @@ __all__ = [
 _PRESCALE_NORM = 1e200
 # Below this sum of squares float64 squares may have underflowed; the norm is recomputed rescaled.
 _TINY_SUMSQ = 2.0**-800
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
+
 # Update structures whose layout a codec keeps (DPRECCodec._cached_layout).
 _LAYOUT_CACHE_SIZE = 8
 
@@ -221,6 +223,8 @@ def _flatten(obj: Any, what: str) -> _Tree:
     else:
         tree = _Tree("single", None, [], ("",), [what], [obj])
     for label, leaf in zip(tree.labels, tree.leaves):
+        if type(leaf) is np.ndarray:  # the common case, before the slower isinstance of an ABC
+            continue
         if isinstance(leaf, (Mapping, list, tuple)):
             raise TypeError(
                 f"{label} is a {type(leaf).__name__}; nested containers are not supported "
@@ -246,6 +250,27 @@ def _leaf_arrays(tree: _Tree, what: str) -> tuple[list[Array], list[bool]]:
         torch_flags.append(a.framework == "torch" and not a.on_gpu)
     _arrays.same_device(list(zip(tree.labels, arrays)), what)
     return arrays, torch_flags
+
+
+# The dtypes the codec's kernels take as they are (native byte order).
+_KERNEL_DTYPES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
+
+
+def _plain_host_leaves(leaves: list[Any]) -> list[Array] | None:
+    """The leaves as :class:`Array` when every one is a NumPy float32/float64 C-contiguous array
+    of 1 .. ``MAX_STREAM_ELEMENTS`` elements, which :func:`_leaf_arrays` and
+    :func:`dprec._arrays.float_input` would pass through unchanged; None otherwise (take the
+    general path). A small update's encode is short enough for their generality to show."""
+    arrays = []
+    for leaf in leaves:
+        if type(leaf) is not np.ndarray:
+            return None
+        dtype = _KERNEL_DTYPES.get(leaf.dtype)
+        flags = leaf.flags
+        if dtype is None or not flags.c_contiguous or not 0 < leaf.size <= MAX_STREAM_ELEMENTS:
+            return None
+        arrays.append(Array(leaf, leaf, 0, leaf.shape, dtype, _arrays.HOST, 0, "numpy", not flags.writeable))
+    return arrays
 
 
 def _global_norm(kernels: Any, arrays: list[Array], labels: list[str]) -> float:
@@ -459,10 +484,11 @@ class DPRECCodec:
 
     def _cached_layout(
         self, names: tuple[str, ...], shapes: list[tuple[int, ...]], labels: list[str]
-    ) -> tuple[Layout, np.ndarray, np.ndarray]:
+    ) -> tuple[Layout, np.ndarray, np.ndarray, np.ndarray, float]:
         """The layout, and the kernels' view of it: rows ``(tensor, start, size, group)``
-        (uint64, (G, 4)) and the offsets of each group's logits (int64, G + 1), both read-only.
-        Computed once per (names, shapes) among the last :data:`_LAYOUT_CACHE_SIZE`."""
+        (uint64, (G, 4)), the offsets of each group's logits (int64, G + 1), each group's tensor
+        (intp, G), all read-only, and the square root of the largest group's size. Computed once
+        per (names, shapes) among the last :data:`_LAYOUT_CACHE_SIZE`."""
         key = (names, tuple(tuple(s) for s in shapes))
         hit = self._layouts.get(key)
         if hit is not None:
@@ -471,11 +497,13 @@ class DPRECCodec:
         rows = np.array([(g.tensor, g.start, g.size, g.group) for g in layout.groups], dtype=np.uint64).reshape(-1, 4)
         offsets = np.zeros(len(layout.groups) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([1 << g.bits for g in layout.groups])
-        rows.flags.writeable = offsets.flags.writeable = False
+        tensor_of_group = rows[:, 0].astype(np.intp)
+        rows.flags.writeable = offsets.flags.writeable = tensor_of_group.flags.writeable = False
+        sqrt_largest = math.sqrt(max(g.size for g in layout.groups))
         if len(self._layouts) >= _LAYOUT_CACHE_SIZE:
             self._layouts.clear()
-        self._layouts[key] = (layout, rows, offsets)
-        return layout, rows, offsets
+        self._layouts[key] = (layout, rows, offsets, tensor_of_group, sqrt_largest)
+        return self._layouts[key]
 
     def _build_layout(self, names: tuple[str, ...], shapes: list[tuple[int, ...]], labels: list[str]) -> Layout:
         if isinstance(self._bits, dict):
@@ -582,56 +610,61 @@ class DPRECCodec:
         if not isinstance(return_info, (bool, np.bool_)):
             raise TypeError(f"return_info must be a bool, got {type(return_info).__name__}")
         tree = _flatten(update, "update")
-        leaves, _ = _leaf_arrays(tree, "update")
-        layout, rows, offsets = self._cached_layout(tree.names, [a.shape for a in leaves], tree.labels)
+        arrays = _plain_host_leaves(tree.leaves)
+        leaves = arrays if arrays is not None else _leaf_arrays(tree, "update")[0]
+        layout, rows, offsets, tensor_of_group, sqrt_largest = self._cached_layout(
+            tree.names, [a.shape for a in leaves], tree.labels
+        )
         kernels = _dispatch.select(self._backend, leaves[0], "update")
-        # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous host copies);
-        # the norm below finds any NaN or infinity.
-        arrays = [_arrays.float_input(a, label, check_finite=False) for a, label in zip(leaves, tree.labels)]
+        if arrays is None:
+            # C-contiguous float32/float64 (float16/bfloat16 converted, non-contiguous host copies);
+            # the norm below finds any NaN or infinity.
+            arrays = [_arrays.float_input(a, label, check_finite=False) for a, label in zip(leaves, tree.labels)]
         norm = _global_norm(kernels, arrays, tree.labels)
-        info = self._clip_info(norm)
+        scale = self._clip_scale(norm)
         seed = os_seed() if seed is None else check_seed(seed)
         gen = private_rng(rng)
-        scales = [info.scale] * len(arrays)
-        if info.scale < 1.0 and norm > _PRESCALE_NORM:
+        scales = None  # per tensor, where some tensors are scaled first
+        if scale < 1.0 and norm > _PRESCALE_NORM:
             # Extreme float64 values: scale those tensors first so that no dot product
             # overflows. float32 ones cannot overflow, and scaling them in float32 would
             # flush them to zero: they keep the factor in their logits.
+            scales = [scale] * len(arrays)
             for i, a in enumerate(arrays):
                 if a.dtype == "float64":
                     scaled = _arrays.empty(a, a.shape, "float64")
-                    kernels.scale(a, info.scale, scaled)
+                    kernels.scale(a, scale, scaled)
                     arrays[i], scales[i] = scaled, 1.0
         logits = _arrays.empty(arrays[0], (int(offsets[-1]),), "float64")
         # Every group's logits in one kernel call (one native call on the CPU, with no Python per
         # group: a small update would otherwise spend more time in calls than in its candidates).
-        factors = np.array(scales, dtype=np.float64)[rows[:, 0].astype(np.intp)] / self._sigma
-        kernels.dot_products_groups(arrays, seed, rows, offsets, factors, logits)
-        if not self._logits_surely_finite(norm, info.scale, layout):
-            _arrays.require_finite(logits, "logits")
+        if scales is None:
+            factors = np.full(len(layout.groups), scale / self._sigma)
+        else:
+            factors = np.array(scales, dtype=np.float64)[tensor_of_group] / self._sigma
         # The private noise of G sample_index calls in group order, drawn at once: each value
         # takes one 64-bit word of rng (rec.gumbel_noise), so one draw of sum K_g values is the
         # concatenation of the G draws, bit for bit.
-        noise = rec.gumbel_noise(int(offsets[-1]), gen)
-        indices = kernels.gumbel_argmax(logits, noise, offsets)
+        words = rec._gumbel_words(int(offsets[-1]), gen)
+        indices = kernels.sample_groups(arrays, seed, rows, offsets, factors, words, logits)
+        # Cauchy-Schwarz: |<z_k, phi_g>| <= MAX_ABS_NORMAL sqrt(size_g) norm bounds every logit
+        # (Python floats overflow to inf silently). Only an unclipped update near the float64
+        # maximum can fail the bound; then the logits are checked.
+        if not scale * norm * rec.MAX_ABS_NORMAL * sqrt_largest / self._sigma < _FLOAT64_MAX / 4:
+            _arrays.require_finite(logits, "logits")
         msg = DPRECMessage._checked(seed, layout.bits, tuple(np.asarray(indices).tolist()), layout.digest)
-        return (msg, info) if return_info else msg
+        return (msg, self._clip_info(norm)) if return_info else msg
 
-    def _logits_surely_finite(self, norm: float, scale: float, layout: Layout) -> bool:
-        """Whether every logit ``scale * <z_k, phi_g> / sigma`` is finite for an update of this
-        norm, by Cauchy-Schwarz: ``|<z_k, phi_g>| <= MAX_ABS_NORMAL sqrt(size_g) norm``. Only an
-        unclipped update near the float64 maximum can fail it (then the logits are checked)."""
-        largest = max(g.size for g in layout.groups)
-        with np.errstate(over="ignore"):
-            bound = scale * norm * rec.MAX_ABS_NORMAL * math.sqrt(largest) / self._sigma
-        return bool(bound < np.finfo(np.float64).max / 4)
+    def _clip_scale(self, norm: float) -> float:
+        """The factor ``min(1, C / norm)`` of the global clip."""
+        clip = self.clip_norm
+        return clip / norm if norm > clip else 1.0
 
     def _clip_info(self, norm: float) -> EncodeInfo:
         """The clipping of an update of global L2 norm ``norm`` (shared by the CPU and GPU paths)."""
         clip = self.clip_norm
         clipped = norm > clip
-        scale = clip / norm if clipped else 1.0
-        return EncodeInfo(norm=float(norm), clip_norm=clip, clipped=bool(clipped), scale=scale)
+        return EncodeInfo(norm=float(norm), clip_norm=clip, clipped=bool(clipped), scale=self._clip_scale(norm))
 
     # -- privacy accounting ---------------------------------------------------------------
 

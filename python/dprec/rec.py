@@ -25,6 +25,7 @@ import numpy as np
 from . import _arrays, _dispatch
 from ._arrays import Array
 from ._validation import check_bits, check_index, check_seed, check_size, check_u32, private_rng
+from .reference import rec as _rec
 
 __all__ = ["candidate", "logits", "gumbel_noise", "sample_index", "sample_indices", "encode_group", "accumulate"]
 
@@ -194,17 +195,25 @@ def gumbel_noise(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
     never from a seed the server knows. Uniforms are ``(m + 1/2) 2**-53`` so the
     transform ``-log(-log(u))`` is always finite.
     """
-    n = check_size(n, "n")
+    return _rec.gumbel_from_words(_gumbel_words(check_size(n, "n"), rng))
+
+
+def _gumbel_words(n: int, rng: np.random.Generator | None = None) -> np.ndarray:
+    """The 53-bit uniform integers (uint64) behind :func:`gumbel_noise`,
+    ``rng.integers(0, 2**53, n, dtype=uint64)``: one 64-bit word of ``rng`` each (so ``n``
+    words are the concatenation of any split of them into draws)."""
     rng = private_rng(rng)
-    # In place, the same IEEE operations as -log(-log((m + 0.5) * 2**-53)) without temporaries.
-    g = rng.integers(0, 1 << 53, size=n, dtype=np.uint64).astype(np.float64)
-    g += 0.5
-    g *= 2.0**-53
-    np.log(g, out=g)
-    np.negative(g, out=g)
-    np.log(g, out=g)
-    np.negative(g, out=g)
-    return g
+    if type(rng.bit_generator) in _RAW_64_BIT:
+        # The same words, about 3x faster: for a power-of-two range, integers' Lemire method
+        # keeps the top bits of each 64-bit output (tests/test_rec.py checks it, and that the
+        # generator ends in the same state).
+        return rng.bit_generator.random_raw(n) >> 11
+    return rng.integers(0, 1 << 53, size=n, dtype=np.uint64)
+
+
+# Bit generators whose raw outputs are the 64-bit words that Generator methods draw (MT19937's
+# raw outputs are 32-bit).
+_RAW_64_BIT = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
 
 def _noise(n: int, rng: np.random.Generator | None, gumbel: Any, shape: tuple[int, ...]) -> np.ndarray:

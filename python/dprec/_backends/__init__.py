@@ -86,6 +86,18 @@ class Kernels(Protocol):
         """Per segment ``offsets[g] .. offsets[g+1]`` of the flat float64 ``logits``, the first
         ``argmax (logits + noise)`` (relative to the segment)."""
 
+    def gumbel_argmax_words(self, logits: Array, words: U64s, offsets: I64s) -> I64s:
+        """:meth:`gumbel_argmax` with the noise of the 53-bit ``words`` (host uint64), computed as
+        :func:`dprec.reference.rec.gumbel_from_words` does (natively on the CPU, whose log may
+        differ from NumPy's in the last bit: the noise is private, in no contract)."""
+
+    def sample_groups(
+        self, phis: list[Array], seed: int, groups: U64s, offsets: I64s, factors: F64s, words: U64s, logits: Array
+    ) -> I64s:
+        """Each group's Gumbel-max index: :meth:`dot_products_groups` into ``logits``, then
+        :meth:`gumbel_argmax_words` (the same indices and logits). The CPU does both in one native
+        call, the noise computed beside the dot products."""
+
     def accumulate(self, out: Array, group: int, seeds: U64s, indices: U32s, coefs: F64s) -> None:
         """``out += coefs[c] * z_c`` client after client, in ``out``'s dtype."""
 

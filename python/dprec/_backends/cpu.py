@@ -36,6 +36,11 @@ class CpuKernels(host.HostKernels):
         return bool(_core().all_finite(_flat(x)))
 
     @staticmethod
+    def norm_stats(xs: list[Array], divisor: float) -> tuple[list[float], None]:
+        # One native call for every tensor; the same bits as the reference's order.
+        return _core().sum_of_squares([_flat(x) for x in xs], float(divisor)), None
+
+    @staticmethod
     def philox4x32(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
         out = np.empty_like(counter)
         _core().philox4x32(counter.reshape(-1), int(key[0]), int(key[1]), out.reshape(-1))
@@ -71,6 +76,23 @@ class CpuKernels(host.HostKernels):
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         out = np.empty(offsets.size - 1, dtype=np.int64)
         _core().gumbel_argmax_groups(_flat(logits), noise, offsets, out)
+        return out
+
+    @staticmethod
+    def gumbel_argmax_words(logits: Array, words: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        out = np.empty(offsets.size - 1, dtype=np.int64)
+        _core().gumbel_argmax_words_groups(_flat(logits), words, offsets, out)
+        return out
+
+    @staticmethod
+    def sample_groups(
+        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray,
+        words: np.ndarray, logits: Array
+    ) -> np.ndarray:
+        # The caller checks the logits' finiteness where it has to (the status is not needed).
+        out = np.empty(offsets.size - 1, dtype=np.int64)
+        _core().rec_sample_groups([_flat(p) for p in phis], seed, groups.reshape(-1), offsets, factors, words,
+                                  _flat(logits), out)
         return out
 
     @staticmethod

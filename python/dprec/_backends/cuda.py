@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _native
+from ..reference.rec import gumbel_from_words
 
 if TYPE_CHECKING:
     from .._arrays import Array
@@ -105,6 +106,19 @@ class CudaKernels:
     @staticmethod
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return _cuda().gumbel_argmax(logits.device, logits.stream, logits.ptr, noise, offsets, scratch=logits.scratch)
+
+    @staticmethod
+    def gumbel_argmax_words(logits: Array, words: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        # The private noise is made on the host (NumPy) and uploaded with the call.
+        return CudaKernels.gumbel_argmax(logits, gumbel_from_words(words), offsets)
+
+    @staticmethod
+    def sample_groups(
+        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray,
+        words: np.ndarray, logits: Array
+    ) -> np.ndarray:
+        CudaKernels.dot_products_groups(phis, seed, groups, offsets, factors, logits)
+        return CudaKernels.gumbel_argmax_words(logits, words, offsets)
 
     @staticmethod
     def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:

@@ -29,6 +29,10 @@ class ReferenceKernels(host.HostKernels):
         return bool(np.isfinite(x.host).all())
 
     @staticmethod
+    def norm_stats(xs: list[Array], divisor: float) -> tuple[list[float], None]:
+        return [_rec.sum_of_squares(x.host, divisor) for x in xs], None
+
+    @staticmethod
     def philox4x32(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
         return _philox.philox4x32(counter, key)
 
@@ -64,6 +68,18 @@ class ReferenceKernels(host.HostKernels):
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lg = logits.host.reshape(-1)
         return np.array([_rec.gumbel_argmax(lg[a:b], noise[a:b]) for a, b in host.segments(offsets)], dtype=np.int64)
+
+    @staticmethod
+    def gumbel_argmax_words(logits: Array, words: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        return ReferenceKernels.gumbel_argmax(logits, _rec.gumbel_from_words(words), offsets)
+
+    @staticmethod
+    def sample_groups(
+        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray,
+        words: np.ndarray, logits: Array
+    ) -> np.ndarray:
+        ReferenceKernels.dot_products_groups(phis, seed, groups, offsets, factors, logits)
+        return ReferenceKernels.gumbel_argmax_words(logits, words, offsets)
 
     @staticmethod
     def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:
