@@ -381,3 +381,22 @@ def test_fwht_every_isa_and_thread_count_bit_identical(isa, threads, dtype, log2
     if log2n <= 15:  # and the NumPy radix-2 reference, where it is quick
         y = np_fwht(x.reshape(batch, n).astype(dtype)).reshape(-1)
         np.testing.assert_array_equal(ref[False], y.view(ref[False].dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sketch_mean_decode_adds_rows_in_order_in_float64_at_any_chunk(dtype, rng, threads):
+    """The mean decode's work items span many elements (the table is read once per item); each
+    element still adds its rows in increasing order in float64, so the result is that sum
+    rounded once, bit for bit, for sizes around the item and tile bounds and any thread count."""
+    rows, cols, seed, group = 5, 1 << 12, 99, 3
+    table = rng.standard_normal((rows, cols)).astype(dtype)
+    for dim in (4095, 4097, 65536 + 4, 300_001):
+        buckets, signs = sketch_hashes(dim, seed, group, rows, cols)
+        want = np.zeros(dim)
+        for r in range(rows):  # sequential in r, as the kernel adds
+            want += signs[r] * table[r].astype(np.float64)[buckets[r]]
+        want = want.astype(dtype)
+        for n in (1, 2):
+            threads(n)
+            got = decode(table, dim, seed, group, rows, cols, False)
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dim, n)

@@ -22,11 +22,24 @@ uint64_t word_tile() {
     return tile;
 }
 constexpr uint64_t kMaxWordTile = 4096;
-constexpr uint64_t kDecodeChunk = 4096;      // elements per decode work item (a multiple of 4)
+constexpr uint64_t kDecodeChunk = 4096;      // elements per word tile of the decode (a multiple of 4)
 constexpr uint64_t kDecodeMaxValues = 1 << 15;  // cap on rows x chunk buffered for the median
 constexpr uint32_t kSortNetworkRows = 32;       // up to this many rows: vectorised transposition sort
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// Elements per work item of the mean decode, a multiple of kDecodeChunk. An item reads its
+// rows one after another, and a row's cells at random: with few elements per item every row
+// is fetched into the cache again for each item (with 4096 elements, about one 64-byte line
+// per row-element, from the L3 once the table outgrows the L2). So an item takes as many
+// elements as keep its float64 sums within a quarter of the L2 (the row being read gets
+// the rest), but no fewer than four items per thread where the size allows.
+uint64_t mean_decode_chunk(uint64_t dim) {
+    const uint64_t by_cache = std::max<uint64_t>(kDecodeChunk, pow2_floor(cache_sizes().l2 / 4 / sizeof(double)));
+    const uint64_t nt = static_cast<uint64_t>(std::max(1, get_num_threads()));
+    const uint64_t by_threads = std::max<uint64_t>(kDecodeChunk, pow2_floor(std::max<uint64_t>(1, dim / (4 * nt))));
+    return std::min(by_cache, by_threads) / kDecodeChunk * kDecodeChunk;
+}
 
 inline uint32_t bucket_of(uint32_t w, uint64_t cols) {
     return static_cast<uint32_t>((static_cast<uint64_t>(w) * cols) >> 32);
@@ -119,20 +132,26 @@ template <class T>
 void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t group, uint32_t rows, uint64_t cols,
                          bool median, double median_scale, T* out) {
     const KernelTable& k = kernels();
-    uint64_t chunk = kDecodeChunk;
+    uint64_t chunk = mean_decode_chunk(dim);
     if (median) chunk = std::max<uint64_t>(4, std::min(kDecodeChunk, (kDecodeMaxValues / rows) & ~uint64_t(3)));
     const uint64_t n_items = ceil_div(dim, chunk);
     parallel_for(static_cast<size_t>(n_items), [&](size_t item) {
         const uint64_t j0 = item * chunk;
         const uint64_t n = std::min(chunk, dim - j0);
-        std::vector<uint32_t> hb(static_cast<size_t>(ceil_div(n, 4) * 4)), sb(hb.size());
+        const uint64_t tile = std::min(n, kDecodeChunk);
+        std::vector<uint32_t> hb(static_cast<size_t>(ceil_div(tile, 4) * 4)), sb(hb.size());
         if (!median) {
+            // Row by row, each row's elements tile by tile: every element still adds its rows
+            // in increasing order, whatever the chunk.
             std::vector<double> acc(static_cast<size_t>(n), 0.0);
             for (uint32_t r = 0; r < rows; ++r) {
-                words(k, seed, r, group, kDomainSketchBucket, j0, n, hb.data());
-                words(k, seed, r, group, kDomainSketchSign, j0, n, sb.data());
-                gather(k, table + static_cast<uint64_t>(r) * cols, hb.data(), sb.data(), cols, static_cast<size_t>(n),
-                       acc.data());
+                const T* row = table + static_cast<uint64_t>(r) * cols;
+                for (uint64_t s0 = 0; s0 < n; s0 += tile) {
+                    const uint64_t m = std::min(tile, n - s0);
+                    words(k, seed, r, group, kDomainSketchBucket, j0 + s0, m, hb.data());
+                    words(k, seed, r, group, kDomainSketchSign, j0 + s0, m, sb.data());
+                    gather(k, row, hb.data(), sb.data(), cols, static_cast<size_t>(m), acc.data() + s0);
+                }
             }
             for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(acc[i]);
             return;
