@@ -304,6 +304,24 @@ def test_sketch_thread_count_invariant(dtype, cols, threads, rng):
     assert results[0] == results[1] == results[2]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("rows", "cols", "n_threads"), [(3, 1 << 16, 8), (5, 1 << 16, 2), (15, 1 << 16, 3), (2, 64, 7)])
+def test_sketch_encode_with_helping_threads_matches_reference_bits(dtype, rows, cols, n_threads, threads, rng):
+    """With rows not a multiple of the threads, threads left without rows compute buckets and
+    addends of blocks ahead of a busy row's owner (more threads than cores here, so owners
+    also wait on descheduled helpers): the table is still np.add.at's, row by row in element
+    order, bit for bit, at odd sizes and over repeated calls."""
+    from dprec.reference import sketch as ref
+
+    dim, seed = 3 * 65536 + 4093, 11
+    x = rng.standard_normal(dim).astype(dtype)
+    want = ref.count_sketch_encode(x, seed, rows, cols)
+    threads(n_threads)
+    for _ in range(3):
+        got = encode(x, seed, 0, rows, cols, 1.0 / rows).reshape(rows, cols)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_cache_sizes_are_reported():
     """runtime.cache_sizes(): the sizes the blocking uses, plausible and from a named source."""
     from dprec import runtime

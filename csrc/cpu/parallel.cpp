@@ -85,18 +85,6 @@ int default_threads() {
 // the call once every item is taken, and a worker that wakes after that skips it.
 constexpr std::chrono::microseconds kSpin{200};
 
-inline void cpu_relax() {
-#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
-    _mm_pause();
-#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_ia32_pause();
-#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
-    asm volatile("yield");
-#else
-    std::this_thread::yield();
-#endif
-}
-
 // Polls pred() until it holds or kSpin has passed; returns whether it held.
 template <class Pred>
 bool spin_until(const Pred& pred) {

@@ -6,6 +6,11 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <thread>
+
+#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <intrin.h>
+#endif
 
 namespace dprec::cpu {
 
@@ -24,6 +29,20 @@ int get_num_threads();
 // the default). An unusable value is ignored (the hardware concurrency is used instead); the
 // Python package turns this text into a warning.
 std::string num_threads_env_problem();
+
+// One step of a spin-wait: tells the core (and a hyperthread sibling) that this thread is
+// polling, without giving up its time slice.
+inline void cpu_relax() {
+#if defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+    _mm_pause();
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+    asm volatile("yield");
+#else
+    std::this_thread::yield();
+#endif
+}
 
 // Runs body(item) for item in [0, n_items), spread over the pool. Blocks until done.
 // Safe to call from several threads at once (a second caller runs its items inline).

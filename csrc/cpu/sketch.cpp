@@ -1,6 +1,10 @@
 #include "sketch.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
 #include <cstring>
 #include <vector>
 
@@ -89,6 +93,28 @@ inline void gather(const KernelTable& k, const double* row, const uint32_t* hw, 
 
 }  // namespace
 
+namespace {
+
+// Help for the encode's last items (see count_sketch_encode). Each thread owns an item at a
+// time and records where it is; a thread with no item left computes buckets and addends of
+// blocks ahead of an owner into the owner's ring of kHelpSlots buffers, and the owner only
+// scatters them. A slot's state packs (item, block, status): a helper claims a slot with a
+// compare-exchange on (item, block, free), so a stale read of another item or block fails.
+constexpr uint64_t kHelpSlots = 8;
+constexpr uint64_t kSlotFree = 0, kSlotBusy = 1, kSlotReady = 2;
+constexpr uint64_t kItemBits = 24, kBlockBits = 38;  // item << 40 | block << 2 | status
+inline uint64_t slot_state(uint64_t item, uint64_t block, uint64_t status) {
+    return (item << (kBlockBits + 2)) | (block << 2) | status;
+}
+
+struct alignas(64) EncodeOwner {
+    std::atomic<int64_t> item{-1};    // the item being scattered, -1 between items
+    std::atomic<uint64_t> block{0};   // the block its owner works on (helpers take later ones)
+    std::atomic<uint64_t> state[kHelpSlots];
+};
+
+}  // namespace
+
 template <class T>
 void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group, uint32_t rows, uint64_t cols,
                          double scale, T* table) {
@@ -107,23 +133,164 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
     const uint64_t nt = static_cast<uint64_t>(std::max(1, get_num_threads()));
     uint64_t n_items = std::max(ceil_div(rows, fit), std::min<uint64_t>(rows, nt));
     if (n_items > nt) n_items = std::min<uint64_t>(rows, ceil_div(n_items, nt) * nt);
-    parallel_for(static_cast<size_t>(n_items), [&](size_t item) {
-        // Rows [r0, r1) of item: the first rows % n_items items have one row more.
-        const uint64_t base = rows / n_items, extra = rows % n_items;
-        const uint64_t r0 = item * base + std::min<uint64_t>(item, extra);
-        const uint64_t r1 = r0 + base + (item < extra ? 1 : 0);
+    // Rows [r0, r1) of item: the first rows % n_items items have one row more.
+    const uint64_t base = rows / n_items, extra = rows % n_items;
+    auto first_row = [&](uint64_t item) { return item * base + std::min<uint64_t>(item, extra); };
+    auto end_row = [&](uint64_t item) { return first_row(item) + base + (item < extra ? 1 : 0); };
+
+    // Elements [j0, j1) of rows [r0, r1), tile by tile, scattered as they are computed.
+    auto encode_direct = [&](uint64_t r0, uint64_t r1, uint64_t j0, uint64_t j1) {
         alignas(64) uint32_t hb[kMaxWordTile], sb[kMaxWordTile], idx[kMaxWordTile];
         alignas(64) T val[kMaxWordTile];
-        for (uint64_t j0 = 0; j0 < dim; j0 += tile) {
-            const uint64_t n = std::min(tile, dim - j0);
+        for (uint64_t a = j0; a < j1; a += tile) {
+            const uint64_t n = std::min(tile, j1 - a);
             for (uint64_t r = r0; r < r1; ++r) {
                 T* __restrict t = table + r * cols;
-                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, j0, n, hb);
-                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, j0, n, sb);
+                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, a, n, hb);
+                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, a, n, sb);
                 // Buckets and signed addends in SIMD; what is left is the scatter, in order.
-                addends(k, hb, sb, x + j0, s, cols, static_cast<size_t>(n), idx, val);
+                addends(k, hb, sb, x + a, s, cols, static_cast<size_t>(n), idx, val);
                 for (uint64_t i = 0; i < n; ++i) t[idx[i]] += val[i];
             }
+        }
+    };
+
+    // Blocks of bk elements (a multiple of the tile) whose buckets and addends for an item's
+    // rows fill a sixteenth of the L2, so that an owner's ring of slots stays within half.
+    const uint64_t item_rows_max = ceil_div(rows, n_items);
+    const uint64_t per_element = item_rows_max * (sizeof(uint32_t) + sizeof(T));
+    const uint64_t bk = std::min<uint64_t>(std::max<uint64_t>(pow2_floor(cache_sizes().l2 / 16 / per_element), tile),
+                                           uint64_t(1) << 16) / tile * tile;
+    const uint64_t n_blocks = ceil_div(dim, bk);
+    const uint64_t workers = std::min<uint64_t>(nt, n_items * n_blocks);
+    const bool helped = workers > 1 && n_blocks > 1 && n_items < (uint64_t(1) << kItemBits) &&
+                        n_blocks + kHelpSlots < (uint64_t(1) << kBlockBits);
+    if (!helped) {
+        parallel_for(static_cast<size_t>(n_items),
+                     [&](size_t item) { encode_direct(first_row(item), end_row(item), 0, dim); });
+        return;
+    }
+
+    // Rows are split into items whole (a row's cells take its elements in order, on one
+    // thread), so with rows not a multiple of the threads, or items of unequal rows, the
+    // threads would finish apart: 5 rows on 2 threads, 3 against 2. Instead each thread owns
+    // items in turn and, when none is left, computes buckets and addends (about 60% of the
+    // work) of blocks ahead of a busy owner, which then only scatters them in order.
+    const uint64_t slot_elems = item_rows_max * bk;
+    const uint64_t slot_bytes = slot_elems * (sizeof(uint32_t) + sizeof(T));
+    std::unique_ptr<EncodeOwner[]> owners(new EncodeOwner[workers]);
+    std::unique_ptr<unsigned char[]> slots(new unsigned char[workers * kHelpSlots * slot_bytes + 64]);
+    unsigned char* slot_base = slots.get() + (64 - reinterpret_cast<uintptr_t>(slots.get()) % 64) % 64;
+    auto slot_idx = [&](uint64_t w, uint64_t slot) {
+        return reinterpret_cast<uint32_t*>(slot_base + (w * kHelpSlots + slot) * slot_bytes);
+    };
+    auto slot_val = [&](uint64_t w, uint64_t slot) {
+        return reinterpret_cast<T*>(slot_base + (w * kHelpSlots + slot) * slot_bytes + slot_elems * sizeof(uint32_t));
+    };
+    std::atomic<uint64_t> next_item{0};
+
+    // Buckets and addends of block b of item's rows into owner w's slot (row-major, bk apart).
+    auto produce = [&](uint64_t w, uint64_t item, uint64_t b) {
+        alignas(64) uint32_t hb[kMaxWordTile], sb[kMaxWordTile];
+        const uint64_t r0 = first_row(item), r1 = end_row(item), j0 = b * bk, n = std::min(bk, dim - j0);
+        uint32_t* idx = slot_idx(w, b % kHelpSlots);
+        T* val = slot_val(w, b % kHelpSlots);
+        for (uint64_t a = 0; a < n; a += tile) {
+            const uint64_t m = std::min(tile, n - a);
+            for (uint64_t r = r0; r < r1; ++r) {
+                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, j0 + a, m, hb);
+                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, j0 + a, m, sb);
+                addends(k, hb, sb, x + j0 + a, s, cols, static_cast<size_t>(m), idx + (r - r0) * bk + a,
+                        val + (r - r0) * bk + a);
+            }
+        }
+    };
+
+    auto own = [&](uint64_t w, uint64_t item) {
+        EncodeOwner& me = owners[w];
+        const uint64_t r0 = first_row(item), r1 = end_row(item);
+        for (uint64_t q = 0; q < kHelpSlots; ++q) me.state[q].store(slot_state(item, q, kSlotFree), std::memory_order_relaxed);
+        me.block.store(0, std::memory_order_relaxed);
+        me.item.store(static_cast<int64_t>(item), std::memory_order_release);
+        for (uint64_t b = 0; b < n_blocks; ++b) {
+            std::atomic<uint64_t>& state = me.state[b % kHelpSlots];
+            const uint64_t j0 = b * bk, n = std::min(bk, dim - j0);
+            uint64_t expected = slot_state(item, b, kSlotFree);
+            if (state.compare_exchange_strong(expected, slot_state(item, b, kSlotBusy), std::memory_order_acq_rel)) {
+                encode_direct(r0, r1, j0, j0 + n);
+            } else {
+                // A helper has this block: wait for it (at most one block's buckets and addends).
+                const uint64_t ready = slot_state(item, b, kSlotReady);
+                for (unsigned spins = 0; state.load(std::memory_order_acquire) != ready; ++spins) {
+                    if (spins < 256) cpu_relax();
+                    else std::this_thread::yield();
+                }
+                const uint32_t* idx = slot_idx(w, b % kHelpSlots);
+                const T* val = slot_val(w, b % kHelpSlots);
+                for (uint64_t r = r0; r < r1; ++r) {
+                    T* __restrict t = table + r * cols;
+                    const uint32_t* __restrict ri = idx + (r - r0) * bk;
+                    const T* __restrict rv = val + (r - r0) * bk;
+                    for (uint64_t i = 0; i < n; ++i) t[ri[i]] += rv[i];
+                }
+            }
+            state.store(slot_state(item, b + kHelpSlots, kSlotFree), std::memory_order_release);
+            me.block.store(b + 1, std::memory_order_release);
+        }
+        me.item.store(-1, std::memory_order_release);
+    };
+
+    // One attempt to help: false when no owner is busy (nothing left to help with).
+    auto help = [&]() {
+        uint64_t order[2] = {workers, workers};  // the owner with most work left, then any other
+        uint64_t most = 0;
+        bool busy = false;
+        for (uint64_t v = 0; v < workers; ++v) {
+            const int64_t item = owners[v].item.load(std::memory_order_acquire);
+            if (item < 0) continue;
+            busy = true;
+            const uint64_t b = owners[v].block.load(std::memory_order_acquire);
+            const uint64_t left = b < n_blocks ? (n_blocks - b) * (end_row(item) - first_row(item)) : 0;
+            if (left > most) most = left, order[0] = v;
+        }
+        if (!busy) return false;
+        for (uint64_t pass = 0; pass < 2; ++pass) {
+            for (uint64_t v = 0; v < workers; ++v) {
+                if ((pass == 0) != (v == order[0])) continue;
+                const int64_t item = owners[v].item.load(std::memory_order_acquire);
+                if (item < 0) continue;
+                const uint64_t b = owners[v].block.load(std::memory_order_acquire);
+                // The furthest free block first: the owner computes the near ones itself
+                // while the helper's wait in its ring.
+                for (uint64_t q = std::min(b + kHelpSlots, n_blocks); q-- > b + 1;) {
+                    std::atomic<uint64_t>& state = owners[v].state[q % kHelpSlots];
+                    uint64_t expected = slot_state(static_cast<uint64_t>(item), q, kSlotFree);
+                    if (state.compare_exchange_strong(expected, slot_state(static_cast<uint64_t>(item), q, kSlotBusy),
+                                                      std::memory_order_acq_rel)) {
+                        produce(v, static_cast<uint64_t>(item), q);
+                        state.store(slot_state(static_cast<uint64_t>(item), q, kSlotReady), std::memory_order_release);
+                        return true;
+                    }
+                }
+            }
+        }
+        // Nothing to take now: give the core away, since with more threads than cores a
+        // spinning helper would delay the very owners it waits on.
+        std::this_thread::yield();
+        return true;
+    };
+
+    // No thread ever waits for a thread that is not running: an owner waits only for a block
+    // a running helper has claimed, so the work finishes even when the pool runs these
+    // workers one after another on one thread.
+    parallel_for(static_cast<size_t>(workers), [&](size_t w) {
+        for (;;) {
+            const uint64_t item = next_item.fetch_add(1, std::memory_order_relaxed);
+            if (item < n_items) {
+                own(w, item);
+                continue;
+            }
+            if (!help()) return;
         }
     });
 }
