@@ -85,6 +85,15 @@ struct KernelTable {
                               double* acc);
     void (*sketch_gather_f64)(const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
                               double* acc);
+    // The mean decode of row r of (seed, group) with its words computed in place, or null
+    // where the ISA has no such kernel: for the elements of blocks [block0, block0 + nblocks)
+    // (nblocks a multiple of `lanes`), in lane order (L = lanes, element 4 * block0 + e with
+    // e = c*4L + 4l + j kept at acc[c*4L + j*L + l]), acc += row[bucket], negated by the sign,
+    // as double: the same bits as sketch_gather on the same words.
+    void (*sketch_gather_philox_f32)(const float* row, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
+                                     uint32_t block0, size_t nblocks, double* acc);
+    void (*sketch_gather_philox_f64)(const double* row, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
+                                     uint32_t block0, size_t nblocks, double* acc);
     // Sorts each column of the rows x n row-major `values` (rows small), ascending: an
     // odd-even transposition network of compare-exchanges lo = q < p ? q : p,
     // hi = q < p ? p : q, which keeps both signed zeros.

@@ -305,6 +305,18 @@ struct GenericKernels {
         }
     }
 
+    // The ISA's fused mean decode (S::sketch_gather_philox), or null where it has none.
+    template <class SS, class T, class = void>
+    struct HasFusedGather : std::false_type {};
+    template <class SS, class T>
+    struct HasFusedGather<SS, T, std::void_t<decltype(&SS::template sketch_gather_philox<T>)>> : std::true_type {};
+    template <class T>
+    static auto sketch_gather_philox() {
+        using Fn = void (*)(const T*, uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, size_t, double*);
+        if constexpr (HasFusedGather<S, T>::value) return static_cast<Fn>(&S::template sketch_gather_philox<T>);
+        else return static_cast<Fn>(nullptr);
+    }
+
     static void sort_columns_f64(double* values, uint32_t rows, uint64_t n) {
         for (uint32_t pass = 0; pass < rows; ++pass)
             for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
@@ -619,6 +631,7 @@ struct GenericKernels {
                                                  &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64,
                                                  &sketch_addends<float>,     &sketch_addends<double>,
                                                  &sketch_gather<float>,      &sketch_gather<double>,
+                                                 sketch_gather_philox<float>(), sketch_gather_philox<double>(),
                                                  &sort_columns_f64,
                                                  &all_finite<float>,         &all_finite<double>,
                                                  &discrete_gaussian,         &skellam,

@@ -26,10 +26,11 @@ struct SimdAvx512 {
     // lane: vpmuludq then gives the whole product, so a round is two multiplies, two
     // shuffles and two three-way XORs per 8 blocks. Upper halves of lanes hold garbage
     // that vpmuludq ignores; the final pack keeps the low halves.
-    template <int N>
-    static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed,
-                       U (&w)[N][4]) {
-        constexpr int H = 2 * N;  // halves of 8 blocks
+    // Philox4x32-10 of blocks block0 .. block0 + 8 H - 1 left in 64-bit lanes: x[h][j] lane l
+    // holds word j of block block0 + 8 h + l in its low half (its high half is garbage).
+    template <int H>
+    static void philox_lanes(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed,
+                             __m512i (&x)[H][4]) {
         uint32_t k0 = static_cast<uint32_t>(seed);
         uint32_t k1 = static_cast<uint32_t>(seed >> 32);
         const __m512i m0 = _mm512_set1_epi64(dprec::kPhiloxM0);
@@ -40,7 +41,6 @@ struct SimdAvx512 {
         const __m512i dk1 = _mm512_set1_epi64(domain ^ k1);
         const __m512i x0_init = _mm512_set1_epi64(static_cast<uint32_t>(p1 >> 32) ^ substream ^ k0);
         const __m512i x1_init = _mm512_set1_epi64(static_cast<uint32_t>(p1));
-        __m512i x[H][4];
         for (int h = 0; h < H; ++h) {
             const __m512i c0 = _mm512_add_epi64(_mm512_set1_epi64(block0 + 8u * h), lane);
             const __m512i p0 = _mm512_mul_epu32(c0, m0);
@@ -66,9 +66,49 @@ struct SimdAvx512 {
                 x[h][3] = q0[h];
             }
         }
+    }
+
+    // Philox4x32-10 of blocks block0 + 16 v + l (v < N, l < 16) into w[v][0..3]: with each
+    // counter word in a 64-bit lane, vpmuludq gives the whole product, so a round is two
+    // multiplies, two shuffles and two three-way XORs per 8 blocks; the final pack keeps the
+    // low halves.
+    template <int N>
+    static void philox(uint32_t block0, uint32_t substream, uint32_t group, uint32_t domain, uint64_t seed,
+                       U (&w)[N][4]) {
+        __m512i x[2 * N][4];
+        philox_lanes<2 * N>(block0, substream, group, domain, seed, x);
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         for (int v = 0; v < N; ++v)
             for (int j = 0; j < 4; ++j) w[v][j] = _mm512_permutex2var_epi32(x[2 * v][j], even, x[2 * v + 1][j]);
+    }
+
+    // Count-sketch mean decode of one row, fused (kernel_table.h, sketch_gather_philox): the
+    // bucket and sign words stay in their 64-bit lanes, where vpmuludq by cols gives the
+    // bucket in the lane's high half and a gather loads the row's cells; nothing is stored
+    // but the sums, which are kept in lane order (as llr_tile's phi) instead of element order.
+    template <class T>
+    static void sketch_gather_philox(const T* row, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
+                                     uint32_t block0, size_t nblocks, double* acc) {
+        const __m512i vcols = _mm512_set1_epi64(static_cast<long long>(cols));
+        const __m512i sign_bit = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
+        for (size_t c = 0; c < nblocks; c += kLanes) {
+            __m512i hb[2][4], sb[2][4];
+            philox_lanes<2>(block0 + static_cast<uint32_t>(c), r, group, dprec::kDomainSketchBucket, seed, hb);
+            philox_lanes<2>(block0 + static_cast<uint32_t>(c), r, group, dprec::kDomainSketchSign, seed, sb);
+            double* a = acc + 4 * c;
+            for (int h = 0; h < 2; ++h)
+                for (int j = 0; j < 4; ++j) {
+                    const __m512i bucket = _mm512_srli_epi64(_mm512_mul_epu32(hb[h][j], vcols), 32);
+                    __m512d v;
+                    if constexpr (sizeof(T) == 4) v = _mm512_cvtps_pd(_mm512_i64gather_ps(bucket, row, 4));
+                    else v = _mm512_i64gather_pd(bucket, row, 8);
+                    // The sign word's top bit (bit 31 of the lane) moved to the double's sign bit.
+                    v = _mm512_castsi512_pd(_mm512_ternarylogic_epi64(_mm512_castpd_si512(v),
+                                                                      _mm512_slli_epi64(sb[h][j], 32), sign_bit, 0x78));
+                    double* p = a + j * kLanes + 8 * h;
+                    _mm512_storeu_pd(p, _mm512_add_pd(_mm512_loadu_pd(p), v));
+                }
+        }
     }
 
     static U set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }

@@ -113,6 +113,9 @@ struct alignas(64) EncodeOwner {
     std::atomic<uint64_t> state[kHelpSlots];
 };
 
+inline auto fused_gather(const KernelTable& k, const float*) { return k.sketch_gather_philox_f32; }
+inline auto fused_gather(const KernelTable& k, const double*) { return k.sketch_gather_philox_f64; }
+
 }  // namespace
 
 template <class T>
@@ -309,18 +312,28 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
         std::vector<uint32_t> hb(static_cast<size_t>(ceil_div(tile, 4) * 4)), sb(hb.size());
         if (!median) {
             // Row by row, each row's elements tile by tile: every element still adds its rows
-            // in increasing order, whatever the chunk.
+            // in increasing order, whatever the chunk. Where the ISA has a fused kernel, the
+            // whole vectors of blocks go through it (sums in lane order), the rest through words.
+            const auto fused = fused_gather(k, table);
+            const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
+            const uint64_t n_fused = fused ? n / group_elements * group_elements : 0;
             std::vector<double> acc(static_cast<size_t>(n), 0.0);
             for (uint32_t r = 0; r < rows; ++r) {
                 const T* row = table + static_cast<uint64_t>(r) * cols;
-                for (uint64_t s0 = 0; s0 < n; s0 += tile) {
+                if (n_fused > 0)
+                    fused(row, cols, seed, r, group, static_cast<uint32_t>(j0 >> 2), static_cast<size_t>(n_fused / 4),
+                          acc.data());
+                for (uint64_t s0 = n_fused; s0 < n; s0 += tile) {
                     const uint64_t m = std::min(tile, n - s0);
                     words(k, seed, r, group, kDomainSketchBucket, j0 + s0, m, hb.data());
                     words(k, seed, r, group, kDomainSketchSign, j0 + s0, m, sb.data());
                     gather(k, row, hb.data(), sb.data(), cols, static_cast<size_t>(m), acc.data() + s0);
                 }
             }
-            for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(acc[i]);
+            for (uint64_t c = 0; c < n_fused; c += group_elements)
+                for (uint64_t l = 0; l < lanes; ++l)
+                    for (uint64_t j = 0; j < 4; ++j) out[j0 + c + 4 * l + j] = static_cast<T>(acc[c + j * lanes + l]);
+            for (uint64_t i = n_fused; i < n; ++i) out[j0 + i] = static_cast<T>(acc[i]);
             return;
         }
         // values[r * n + i]: row-major, so the small-rows sort runs over contiguous vectors.

@@ -44,7 +44,7 @@ using dprec::cpu::KernelTable;
 using dprec::cpu::QmgeoParams;
 
 // Every entry of KernelTable is exercised below; a new entry must be added here too.
-static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 24 * sizeof(void (*)()),
+static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 26 * sizeof(void (*)()),
               "KernelTable changed: test the new entries in tests/native/isa_identity.cpp");
 
 namespace {
@@ -497,6 +497,49 @@ void check_sketch_type(const KernelTable& b, const KernelTable& t) {
     }
 }
 
+// The fused mean decode, where an ISA has one: the baseline's words and gather of the same
+// elements, read back from lane order, bit for bit (and the baseline has none: it is the
+// reference). Seeds with both 32-bit halves set, a group, rows past 0, odd column counts
+// and an offset start block. (Columns of 2^31 and more share the bucket multiply that
+// check_sketch_type tests with 2^32 - 1 columns; a row that long is too big to allocate here.)
+template <class T>
+void check_sketch_fused_type(const KernelTable& b, const KernelTable& t) {
+    const auto fused = [&]() {
+        if constexpr (sizeof(T) == 4) return t.sketch_gather_philox_f32;
+        else return t.sketch_gather_philox_f64;
+    }();
+    const bool base_has = sizeof(T) == 4 ? b.sketch_gather_philox_f32 != nullptr : b.sketch_gather_philox_f64 != nullptr;
+    expect(!base_has, b.name, "the baseline has no fused sketch gather");
+    if (!fused) return;
+    const char* tn = sizeof(T) == 4 ? "f32" : "f64";
+    const uint64_t lanes = static_cast<uint64_t>(t.lanes);
+    for (uint64_t cols : {uint64_t(1), uint64_t(7), uint64_t(4099), uint64_t(65536), uint64_t(65537)})
+        for (uint64_t groups : {uint64_t(1), uint64_t(3)})
+            for (uint32_t block0 : {0u, 16u, 0x7ffffff0u}) {
+                const uint64_t n = 4 * lanes * groups, seed = 0x9e3779b97f4a7c15ull ^ cols;
+                const uint32_t r = static_cast<uint32_t>(cols % 5), group = 3;
+                const std::vector<T> row = values<T>(cols, 1100 + cols, Fill::kSpecial);
+                std::vector<uint32_t> hw(n), sw(n);
+                b.philox_words(StreamId{seed, r, group, dprec::kDomainSketchBucket}, block0, n / 4, hw.data());
+                b.philox_words(StreamId{seed, r, group, dprec::kDomainSketchSign}, block0, n / 4, sw.data());
+                std::vector<double> want = values<double>(n, 1200 + n, Fill::kFinite), lanes_acc(n);
+                for (uint64_t c = 0; c < n; c += 4 * lanes)
+                    for (uint64_t l = 0; l < lanes; ++l)
+                        for (uint64_t j = 0; j < 4; ++j) lanes_acc[c + j * lanes + l] = want[c + 4 * l + j];
+                if constexpr (sizeof(T) == 4) b.sketch_gather_f32(row.data(), hw.data(), sw.data(), cols, n, want.data());
+                else b.sketch_gather_f64(row.data(), hw.data(), sw.data(), cols, n, want.data());
+                fused(row.data(), cols, seed, r, group, block0, n / 4, lanes_acc.data());
+                std::vector<double> got(n);
+                for (uint64_t c = 0; c < n; c += 4 * lanes)
+                    for (uint64_t l = 0; l < lanes; ++l)
+                        for (uint64_t j = 0; j < 4; ++j) got[c + 4 * l + j] = lanes_acc[c + j * lanes + l];
+                expect_same(t.name,
+                            fmt("sketch_gather_philox_%s(cols=%" PRIu64 ", blocks=%" PRIu64 ", block0=%u)", tn, cols,
+                                n / 4, block0),
+                            want.data(), got.data(), n);
+            }
+}
+
 void check_sort(const KernelTable& b, const KernelTable& t) {
     for (uint32_t rows : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 16u, 31u, 32u, 33u})
         for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(5), size_t(17), size_t(100), size_t(1001)})
@@ -946,6 +989,8 @@ int main(int argc, char** argv) {
         check_fwht_type<double>(base, *t);
         check_sketch_type<float>(base, *t);
         check_sketch_type<double>(base, *t);
+        check_sketch_fused_type<float>(base, *t);
+        check_sketch_fused_type<double>(base, *t);
         check_sort(base, *t);
         check_finite(base, *t);
         check_noise(base, *t);
