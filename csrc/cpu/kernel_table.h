@@ -85,6 +85,14 @@ struct KernelTable {
                               double* acc);
     void (*sketch_gather_f64)(const double* row, const uint32_t* hw, const uint32_t* sw, uint64_t cols, size_t n,
                               double* acc);
+    // The encode's bucket and addend (as sketch_addends) of row r of (seed, group) with its
+    // words computed in place, or null where the ISA has no such kernel: x points at element
+    // 4 * block0, nblocks is a multiple of `lanes`, and idx and val are written in lane order
+    // (the element at x[c*4L + 4l + j] goes to [c*4L + j*L + l]).
+    void (*sketch_addends_philox_f32)(const float* x, float s, uint64_t cols, uint64_t seed, uint32_t r,
+                                      uint32_t group, uint32_t block0, size_t nblocks, uint32_t* idx, float* val);
+    void (*sketch_addends_philox_f64)(const double* x, double s, uint64_t cols, uint64_t seed, uint32_t r,
+                                      uint32_t group, uint32_t block0, size_t nblocks, uint32_t* idx, double* val);
     // The mean decode of row r of (seed, group) with its words computed in place, or null
     // where the ISA has no such kernel: for the elements of blocks [block0, block0 + nblocks)
     // (nblocks a multiple of `lanes`), in lane order (L = lanes, element 4 * block0 + e with

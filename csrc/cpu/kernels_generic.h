@@ -305,6 +305,18 @@ struct GenericKernels {
         }
     }
 
+    // The ISA's fused encode addends (S::sketch_addends_philox), or null where it has none.
+    template <class SS, class T, class = void>
+    struct HasFusedAddends : std::false_type {};
+    template <class SS, class T>
+    struct HasFusedAddends<SS, T, std::void_t<decltype(&SS::template sketch_addends_philox<T>)>> : std::true_type {};
+    template <class T>
+    static auto sketch_addends_philox() {
+        using Fn = void (*)(const T*, T, uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, size_t, uint32_t*, T*);
+        if constexpr (HasFusedAddends<S, T>::value) return static_cast<Fn>(&S::template sketch_addends_philox<T>);
+        else return static_cast<Fn>(nullptr);
+    }
+
     // The ISA's fused mean decode (S::sketch_gather_philox), or null where it has none.
     template <class SS, class T, class = void>
     struct HasFusedGather : std::false_type {};
@@ -631,6 +643,7 @@ struct GenericKernels {
                                                  &FwhtKernels<S>::rows_f32,  &FwhtKernels<S>::rows_f64,
                                                  &sketch_addends<float>,     &sketch_addends<double>,
                                                  &sketch_gather<float>,      &sketch_gather<double>,
+                                                 sketch_addends_philox<float>(), sketch_addends_philox<double>(),
                                                  sketch_gather_philox<float>(), sketch_gather_philox<double>(),
                                                  &sort_columns_f64,
                                                  &all_finite<float>,         &all_finite<double>,

@@ -111,6 +111,68 @@ struct SimdAvx512 {
         }
     }
 
+    // Count-sketch encode addends of one row, fused (kernel_table.h, sketch_addends_philox):
+    // as sketch_gather_philox, the words stay in their 64-bit lanes; x is read in lane order
+    // with two-source permutes, and bucket and addend are written in lane order.
+    template <class T>
+    static void sketch_addends_philox(const T* x, T s, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
+                                      uint32_t block0, size_t nblocks, uint32_t* idx, T* val) {
+        const __m512i vcols = _mm512_set1_epi64(static_cast<long long>(cols));
+        for (size_t c = 0; c < nblocks; c += kLanes) {
+            __m512i hb[2][4], sb[2][4];
+            philox_lanes<2>(block0 + static_cast<uint32_t>(c), r, group, dprec::kDomainSketchBucket, seed, hb);
+            philox_lanes<2>(block0 + static_cast<uint32_t>(c), r, group, dprec::kDomainSketchSign, seed, sb);
+            const T* xg = x + 4 * c;
+            uint32_t* ig = idx + 4 * c;
+            T* vg = val + 4 * c;
+            for (int h = 0; h < 2; ++h) {
+                // Element 4 (8 h + l) + j of the group, l < 8, for each j: x[32 h + 4 l + j].
+                if constexpr (sizeof(T) == 4) {
+                    const __m512 a = _mm512_loadu_ps(xg + 32 * h), b = _mm512_loadu_ps(xg + 32 * h + 16);
+                    const __m512 vs = _mm512_set1_ps(s);
+                    for (int jp = 0; jp < 2; ++jp) {  // words j = 2 jp (low 8 lanes) and 2 jp + 1 (high)
+                        const __m512i pick = _mm512_setr_epi32(2 * jp, 2 * jp + 4, 2 * jp + 8, 2 * jp + 12, 2 * jp + 16,
+                                                               2 * jp + 20, 2 * jp + 24, 2 * jp + 28, 2 * jp + 1,
+                                                               2 * jp + 5, 2 * jp + 9, 2 * jp + 13, 2 * jp + 17,
+                                                               2 * jp + 21, 2 * jp + 25, 2 * jp + 29);
+                        const __m512 xs = _mm512_mul_ps(_mm512_permutex2var_ps(a, pick, b), vs);
+                        // The two words' signs, packed to 32-bit lanes like xs.
+                        const __m512i sw = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi64_epi32(sb[h][2 * jp])),
+                                                              _mm512_cvtepi64_epi32(sb[h][2 * jp + 1]), 1);
+                        const __m512 v = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+                            _mm512_castps_si512(xs), sw, _mm512_set1_epi32(int(0x80000000u)), 0x78));
+                        for (int half = 0; half < 2; ++half) {
+                            const int j = 2 * jp + half;
+                            const __m512i bucket = _mm512_srli_epi64(_mm512_mul_epu32(hb[h][j], vcols), 32);
+                            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ig + j * kLanes + 8 * h),
+                                                _mm512_cvtepi64_epi32(bucket));
+                        }
+                        _mm256_storeu_ps(vg + (2 * jp) * kLanes + 8 * h, _mm512_castps512_ps256(v));
+                        _mm256_storeu_ps(vg + (2 * jp + 1) * kLanes + 8 * h,
+                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+                    }
+                } else {
+                    const __m512d a = _mm512_loadu_pd(xg + 32 * h), b = _mm512_loadu_pd(xg + 32 * h + 8);
+                    const __m512d c2 = _mm512_loadu_pd(xg + 32 * h + 16), d = _mm512_loadu_pd(xg + 32 * h + 24);
+                    const __m512d vs = _mm512_set1_pd(s);
+                    const __m512i sign_bit = _mm512_set1_epi64(static_cast<long long>(0x8000000000000000ull));
+                    for (int j = 0; j < 4; ++j) {
+                        // x[32 h + 4 l + j]: l < 4 from (a, b) into lanes 0-3, l >= 4 from (c2, d) into 4-7.
+                        const __m512i pick = _mm512_setr_epi64(j, j + 4, j + 8, j + 12, j, j + 4, j + 8, j + 12);
+                        const __m512d lo = _mm512_permutex2var_pd(a, pick, b), hi = _mm512_permutex2var_pd(c2, pick, d);
+                        const __m512d xs = _mm512_mul_pd(_mm512_mask_blend_pd(0xF0, lo, hi), vs);
+                        const __m512d v = _mm512_castsi512_pd(_mm512_ternarylogic_epi64(
+                            _mm512_castpd_si512(xs), _mm512_slli_epi64(sb[h][j], 32), sign_bit, 0x78));
+                        const __m512i bucket = _mm512_srli_epi64(_mm512_mul_epu32(hb[h][j], vcols), 32);
+                        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ig + j * kLanes + 8 * h),
+                                            _mm512_cvtepi64_epi32(bucket));
+                        _mm512_storeu_pd(vg + j * kLanes + 8 * h, v);
+                    }
+                }
+            }
+        }
+    }
+
     static U set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }
     static U iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
     static U add(U a, U b) { return _mm512_add_epi32(a, b); }

@@ -113,6 +113,8 @@ struct alignas(64) EncodeOwner {
     std::atomic<uint64_t> state[kHelpSlots];
 };
 
+inline auto fused_addends(const KernelTable& k, const float*) { return k.sketch_addends_philox_f32; }
+inline auto fused_addends(const KernelTable& k, const double*) { return k.sketch_addends_philox_f64; }
 inline auto fused_gather(const KernelTable& k, const float*) { return k.sketch_gather_philox_f32; }
 inline auto fused_gather(const KernelTable& k, const double*) { return k.sketch_gather_philox_f64; }
 
@@ -141,6 +143,32 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
     auto first_row = [&](uint64_t item) { return item * base + std::min<uint64_t>(item, extra); };
     auto end_row = [&](uint64_t item) { return first_row(item) + base + (item < extra ? 1 : 0); };
 
+    // Buckets and addends of elements [a, a + n) of row r (a % 4 == 0): where the ISA has a
+    // fused kernel, its whole vectors of blocks (the first nf elements) in lane order, the
+    // rest in element order. Returns nf.
+    const auto fused = fused_addends(k, x);
+    const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
+    auto row_addends = [&](uint64_t r, uint64_t a, uint64_t n, uint32_t* hb, uint32_t* sb, uint32_t* idx, T* val) {
+        const uint64_t nf = fused ? n / group_elements * group_elements : 0;
+        if (nf > 0)
+            fused(x + a, s, cols, seed, static_cast<uint32_t>(r), group, static_cast<uint32_t>(a >> 2),
+                  static_cast<size_t>(nf / 4), idx, val);
+        if (nf < n) {
+            words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, a + nf, n - nf, hb);
+            words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, a + nf, n - nf, sb);
+            addends(k, hb, sb, x + a + nf, s, cols, static_cast<size_t>(n - nf), idx + nf, val + nf);
+        }
+        return nf;
+    };
+    // t[idx] += val for the n elements in element order, the first nf read from lane order.
+    auto scatter = [&](T* __restrict t, const uint32_t* __restrict idx, const T* __restrict val, uint64_t nf,
+                       uint64_t n) {
+        for (uint64_t c = 0; c < nf; c += group_elements)
+            for (uint64_t l = 0; l < lanes; ++l)
+                for (uint64_t j = 0; j < 4; ++j) t[idx[c + j * lanes + l]] += val[c + j * lanes + l];
+        for (uint64_t i = nf; i < n; ++i) t[idx[i]] += val[i];
+    };
+
     // Elements [j0, j1) of rows [r0, r1), tile by tile, scattered as they are computed.
     auto encode_direct = [&](uint64_t r0, uint64_t r1, uint64_t j0, uint64_t j1) {
         alignas(64) uint32_t hb[kMaxWordTile], sb[kMaxWordTile], idx[kMaxWordTile];
@@ -148,12 +176,8 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
         for (uint64_t a = j0; a < j1; a += tile) {
             const uint64_t n = std::min(tile, j1 - a);
             for (uint64_t r = r0; r < r1; ++r) {
-                T* __restrict t = table + r * cols;
-                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, a, n, hb);
-                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, a, n, sb);
-                // Buckets and signed addends in SIMD; what is left is the scatter, in order.
-                addends(k, hb, sb, x + a, s, cols, static_cast<size_t>(n), idx, val);
-                for (uint64_t i = 0; i < n; ++i) t[idx[i]] += val[i];
+                const uint64_t nf = row_addends(r, a, n, hb, sb, idx, val);
+                scatter(table + r * cols, idx, val, nf, n);  // what is left is the scatter, in order
             }
         }
     };
@@ -200,12 +224,8 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
         T* val = slot_val(w, b % kHelpSlots);
         for (uint64_t a = 0; a < n; a += tile) {
             const uint64_t m = std::min(tile, n - a);
-            for (uint64_t r = r0; r < r1; ++r) {
-                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, j0 + a, m, hb);
-                words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, j0 + a, m, sb);
-                addends(k, hb, sb, x + j0 + a, s, cols, static_cast<size_t>(m), idx + (r - r0) * bk + a,
-                        val + (r - r0) * bk + a);
-            }
+            for (uint64_t r = r0; r < r1; ++r)
+                row_addends(r, j0 + a, m, hb, sb, idx + (r - r0) * bk + a, val + (r - r0) * bk + a);
         }
     };
 
@@ -230,12 +250,11 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
                 }
                 const uint32_t* idx = slot_idx(w, b % kHelpSlots);
                 const T* val = slot_val(w, b % kHelpSlots);
-                for (uint64_t r = r0; r < r1; ++r) {
-                    T* __restrict t = table + r * cols;
-                    const uint32_t* __restrict ri = idx + (r - r0) * bk;
-                    const T* __restrict rv = val + (r - r0) * bk;
-                    for (uint64_t i = 0; i < n; ++i) t[ri[i]] += rv[i];
-                }
+                // Tiles are whole vectors of blocks but for the last of x, so the block is in
+                // lane order up to its last whole vector (as row_addends left it).
+                const uint64_t nf = fused ? n / group_elements * group_elements : 0;
+                for (uint64_t r = r0; r < r1; ++r)
+                    scatter(table + r * cols, idx + (r - r0) * bk, val + (r - r0) * bk, nf, n);
             }
             state.store(slot_state(item, b + kHelpSlots, kSlotFree), std::memory_order_release);
             me.block.store(b + 1, std::memory_order_release);

@@ -44,7 +44,7 @@ using dprec::cpu::KernelTable;
 using dprec::cpu::QmgeoParams;
 
 // Every entry of KernelTable is exercised below; a new entry must be added here too.
-static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 26 * sizeof(void (*)()),
+static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 28 * sizeof(void (*)()),
               "KernelTable changed: test the new entries in tests/native/isa_identity.cpp");
 
 namespace {
@@ -495,6 +495,52 @@ void check_sketch_type(const KernelTable& b, const KernelTable& t) {
             }
         }
     }
+}
+
+// The fused encode addends, where an ISA has one: the baseline's words and addends of the
+// same elements, read back from lane order, bit for bit; x from the special values too (NaN,
+// infinities, signed zeros, subnormals), scales as in check_sketch_type.
+template <class T>
+void check_sketch_fused_addends_type(const KernelTable& b, const KernelTable& t) {
+    const auto fused = [&]() {
+        if constexpr (sizeof(T) == 4) return t.sketch_addends_philox_f32;
+        else return t.sketch_addends_philox_f64;
+    }();
+    const bool base_has =
+        sizeof(T) == 4 ? b.sketch_addends_philox_f32 != nullptr : b.sketch_addends_philox_f64 != nullptr;
+    expect(!base_has, b.name, "the baseline has no fused sketch addends");
+    if (!fused) return;
+    const char* tn = sizeof(T) == 4 ? "f32" : "f64";
+    const uint64_t lanes = static_cast<uint64_t>(t.lanes);
+    for (uint64_t cols : {uint64_t(1), uint64_t(7), uint64_t(65536), uint64_t(0xffffffffull)})
+        for (uint64_t groups : {uint64_t(1), uint64_t(3)})
+            for (uint32_t block0 : {0u, 16u, 0x7ffffff0u})
+                for (T s : {T(1), T(0.2), T(-1.5), T(1e-40)}) {
+                    const uint64_t n = 4 * lanes * groups, seed = 0x243f6a8885a308d3ull ^ cols;
+                    const uint32_t r = static_cast<uint32_t>(cols % 7), group = 5;
+                    const std::vector<T> x = values<T>(n, 1300 + n + block0 % 97, Fill::kSpecial);
+                    std::vector<uint32_t> hw(n), sw(n), ie(n), il(n);
+                    std::vector<T> ve(n), vl(n);
+                    b.philox_words(StreamId{seed, r, group, dprec::kDomainSketchBucket}, block0, n / 4, hw.data());
+                    b.philox_words(StreamId{seed, r, group, dprec::kDomainSketchSign}, block0, n / 4, sw.data());
+                    if constexpr (sizeof(T) == 4)
+                        b.sketch_addends_f32(hw.data(), sw.data(), x.data(), s, cols, n, ie.data(), ve.data());
+                    else b.sketch_addends_f64(hw.data(), sw.data(), x.data(), s, cols, n, ie.data(), ve.data());
+                    fused(x.data(), s, cols, seed, r, group, block0, n / 4, il.data(), vl.data());
+                    std::vector<uint32_t> ig(n);
+                    std::vector<T> vg(n);
+                    for (uint64_t c = 0; c < n; c += 4 * lanes)
+                        for (uint64_t l = 0; l < lanes; ++l)
+                            for (uint64_t j = 0; j < 4; ++j) {
+                                ig[c + 4 * l + j] = il[c + j * lanes + l];
+                                vg[c + 4 * l + j] = vl[c + j * lanes + l];
+                            }
+                    const std::string what = fmt("sketch_addends_philox_%s(cols=%" PRIu64 ", blocks=%" PRIu64
+                                                 ", block0=%u, s=%a)",
+                                                 tn, cols, n / 4, block0, static_cast<double>(s));
+                    expect_same(t.name, what + " idx", ie.data(), ig.data(), n);
+                    expect_same(t.name, what + " val", ve.data(), vg.data(), n);
+                }
 }
 
 // The fused mean decode, where an ISA has one: the baseline's words and gather of the same
@@ -990,6 +1036,8 @@ int main(int argc, char** argv) {
         check_sketch_type<float>(base, *t);
         check_sketch_type<double>(base, *t);
         check_sketch_fused_type<float>(base, *t);
+        check_sketch_fused_addends_type<float>(base, *t);
+        check_sketch_fused_addends_type<double>(base, *t);
         check_sketch_fused_type<double>(base, *t);
         check_sort(base, *t);
         check_finite(base, *t);
