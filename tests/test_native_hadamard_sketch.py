@@ -110,8 +110,9 @@ def test_fwht_normalize(k, dtype, rng):
 @pytest.mark.parametrize(
     "dtype,shape",
     [
-        # Block sizes follow the machine's caches (runtime.cache_sizes()); with a 1 MiB L2,
-        # float32: L2 blocks of 2^17, so 2^21 and 2^22 recurse through two radix-8 levels
+        # Block sizes follow the machine's caches (runtime.cache_sizes()) and the row: with a
+        # 1 MiB L2 and 32 KiB L1d, float32 2^21 takes blocks of 2^15 under two radix-8 levels
+        # (the fewest passes), 2^22 blocks of 2^17 under a radix-8 and a radix-4 level
         (np.float32, (1, 1 << 21)),
         (np.float32, (1, 1 << 22)),
         (np.float32, (3, 1 << 18)),

@@ -142,6 +142,31 @@ void fwht_long(const LongPlan& p, T* x, uint64_t n, bool normalize, T s) {
     across_level(p, x, n, n, normalize, s);
 }
 
+int log2_of(uint64_t v) {
+    int k = 0;
+    while ((uint64_t(1) << k) < v) ++k;
+    return k;
+}
+
+// The in-cache block B for a row of n > max_block elements. Every stage beyond an L1 block
+// costs a pass over more than the L1, and a pass runs at most 3 of them (radix 8): the
+// stages inside B across its L1 blocks, then the levels across blocks. So of the powers of
+// two from l1 to max_block, B is one that needs the fewest such passes, the largest of those
+// (more of the work inside the L2): with B = max_block = 2^17 floats, 2^18, 2^21 and 2^24
+// took one pass more than they need (a radix-2 or radix-4 pass inside B and another across).
+uint64_t fewest_pass_block(uint64_t n, uint64_t l1, uint64_t max_block) {
+    const int s_n = log2_of(n), s_l1 = log2_of(l1);
+    uint64_t best = max_block;
+    int best_passes = s_n;  // more than any choice needs
+    for (uint64_t b = max_block; b >= l1; b /= 2) {
+        const int s_b = log2_of(b);
+        const int passes = (s_b - s_l1 + 2) / 3 + (s_n - s_b + 2) / 3;
+        if (passes < best_passes) best_passes = passes, best = b;
+        if (b == l1) break;
+    }
+    return best;
+}
+
 }  // namespace
 
 template <class T>
@@ -181,6 +206,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
         });
         return;
     }
+    block = fewest_pass_block(n, l1, block);
     const LongPlan plan{l1, block, bk.l3_tree / sizeof(T), l1};
     for (uint64_t r = 0; r < batch; ++r) fwht_long(plan, x + r * n, n, normalize, s);
 }
