@@ -109,7 +109,7 @@ def main() -> int:
 
     print(f"dprec {package_version()} FWHT float32 benchmark (CPU) against FFHT (ffht-unofficial, 1-D: single thread)")
     print(
-        f"CPU: {cpu_model()} | ISA: {runtime.get_isa()} | cores: {os.cpu_count()} | N = {nt} threads | "
+        f"CPU: {cpu_model()} | ISA: {runtime.get_isa()} (FWHT kernels: {runtime.fwht_isa()}) | cores: {os.cpu_count()} | N = {nt} threads | "
         f"numpy {np.__version__}"
     )
     print(f"caches: {runtime.cache_summary()} (blocking derives from these)")

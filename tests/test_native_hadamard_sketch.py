@@ -419,3 +419,30 @@ def test_sketch_mean_decode_adds_rows_in_order_in_float64_at_any_chunk(dtype, rn
             threads(n)
             got = decode(table, dim, seed, group, rows, cols, False)
             assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dim, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fwht_isa_follows_the_choice_and_auto_gives_the_same_bits(dtype, isa, threads):
+    """A chosen ISA runs the FWHT itself; under "auto" the fastest SIMD table on a timed probe
+    does (a speed choice only: the bits equal the baseline's)."""
+    import dprec
+
+    n = 1 << 16
+    x = np.random.default_rng(5).standard_normal(n).astype(dtype)
+    threads(1)
+    dprec.runtime.set_isa("baseline")
+    want = _fwht_bits(x, n, True)
+    try:
+        dprec.runtime.set_isa(isa)
+        assert dprec.runtime.fwht_isa(dtype) == isa
+        dprec.runtime.set_isa("auto")
+        chosen = dprec.runtime.fwht_isa(dtype)
+        simd = [name for name in dprec.runtime.available_isas() if name != "baseline"]
+        assert chosen in (simd or ["baseline"])
+        for t in (1, 2):
+            threads(t)
+            np.testing.assert_array_equal(_fwht_bits(x, n, True), want)
+    finally:
+        dprec.runtime.set_isa("auto")
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        dprec.runtime.fwht_isa(np.int32)

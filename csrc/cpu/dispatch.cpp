@@ -59,10 +59,16 @@ const KernelTable* find_table(const std::string& name) {
                                 ", auto)");
 }
 
+bool names_auto(const std::string& name) { return name.empty() || name == "auto"; }
+
+std::atomic<bool> g_auto{true};
+
 const KernelTable* initial_table() {
     const char* env = std::getenv("DPREC_ISA");
     try {
-        return find_table(env ? env : "auto");
+        const KernelTable* t = find_table(env ? env : "auto");
+        g_auto.store(!env || names_auto(env), std::memory_order_relaxed);
+        return t;
     } catch (const std::invalid_argument&) {
         return find_table("auto");  // an unusable DPREC_ISA falls back rather than failing import
     }
@@ -87,6 +93,17 @@ std::vector<std::string> available_isas() {
     return names;
 }
 
-void set_isa(const std::string& name) { g_table.store(find_table(name), std::memory_order_release); }
+void set_isa(const std::string& name) {
+    const KernelTable* t = find_table(name);
+    g_auto.store(names_auto(name), std::memory_order_relaxed);
+    g_table.store(t, std::memory_order_release);
+}
+
+bool isa_is_auto() {
+    kernels();  // DPREC_ISA is read on first use
+    return g_auto.load(std::memory_order_relaxed);
+}
+
+std::vector<const KernelTable*> supported_kernel_tables() { return supported_tables(); }
 
 }  // namespace dprec::cpu

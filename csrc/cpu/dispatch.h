@@ -19,4 +19,12 @@ std::vector<std::string> available_isas();
 // name this build or CPU does not offer.
 void set_isa(const std::string& name);
 
+// Whether the table in use is the automatic choice (DPREC_ISA unset, unusable or "auto", and
+// no set_isa since but "auto"). Only then may a kernel family run another supported table's
+// kernels where they prove faster on this machine (hadamard.cpp): a chosen ISA is kept.
+bool isa_is_auto();
+
+// The tables this CPU can run, best first (the tables behind available_isas).
+std::vector<const KernelTable*> supported_kernel_tables();
+
 }  // namespace dprec::cpu

@@ -15,4 +15,9 @@ namespace dprec::cpu {
 template <class T>
 void fwht(T* x, uint64_t batch, uint64_t n, bool normalize);
 
+// The kernel table whose FWHT kernels fwht<T> runs: the ISA in use, except under the
+// automatic choice, where the fastest SIMD table on a probe transform (timed on first use).
+template <class T>
+const char* fwht_isa();
+
 }  // namespace dprec::cpu

@@ -5,6 +5,7 @@
 #include "../common/normal_transform.h"
 #include "../cpu/cache_info.h"
 #include "../cpu/dispatch.h"
+#include "../cpu/hadamard.h"
 #include "../cpu/parallel.h"
 
 namespace py = pybind11;
@@ -54,6 +55,13 @@ void bind_runtime(py::module_& m) {
         py::gil_scoped_release release;
         return std::string(cpu::kernels().name);
     });
+    m.def(
+        "fwht_isa",
+        [](bool float64) {
+            py::gil_scoped_release release;  // the first call times the tables
+            return std::string(float64 ? cpu::fwht_isa<double>() : cpu::fwht_isa<float>());
+        },
+        py::arg("float64") = false);
     m.def("cache_sizes", [] {
         const cpu::CacheSizes& c = cpu::cache_sizes();
         py::dict d;

@@ -39,6 +39,7 @@ def _info() -> int:
 
         print(f"CPU: {bench.cpu_model()}")
         print(f"ISA: {runtime.get_isa()} (available: {', '.join(runtime.available_isas())})")
+        print(f"FWHT kernels: {runtime.fwht_isa()} (float32), {runtime.fwht_isa('float64')} (float64)")
         print(f"threads: {runtime.get_num_threads()}")
         print(f"caches: {runtime.cache_summary()}")
     else:

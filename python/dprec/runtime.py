@@ -20,6 +20,10 @@ not wait for those kernels, which finish with the settings they started with.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from ._native import native, warn_num_threads_env
 from ._validation import check_int
 
@@ -54,6 +58,21 @@ def available_isas() -> list[str]:
 def get_isa() -> str:
     """The instruction set the native kernels use now."""
     return str(native().get_isa())
+
+
+def fwht_isa(dtype: Any = "float32") -> str:
+    """The instruction set whose kernels the CPU FWHT runs for ``dtype`` (float32 or float64).
+
+    The ISA in use (``get_isa``), except under the automatic choice (no ``DPREC_ISA``, no
+    ``set_isa`` but ``"auto"``): then every SIMD instruction set is timed once, on first use,
+    on an in-cache transform, and the fastest runs the FWHT (on AMD Zen 4, which splits 512-bit
+    operations in two, AVX2 beats AVX-512 by about 20%). Every instruction set gives the same
+    bits, so this changes speed only.
+    """
+    kind = np.dtype(dtype)
+    if kind not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype must be float32 or float64, got {kind}")
+    return str(native().fwht_isa(kind == np.dtype(np.float64)))
 
 
 def cache_sizes() -> dict[str, int | str]:
