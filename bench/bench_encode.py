@@ -65,7 +65,7 @@ def _encode_gen_decode(d: int, bits: int, repeat: int) -> tuple[float, float, fl
 
 def per_isa(d_log2: int, bits: int, repeat: int) -> None:
     d, k = 1 << d_log2, 1 << bits
-    before = runtime.get_isa()
+    before = runtime.get_isa_setting()
     print(f"\nPer-ISA native kernels at d=2^{d_log2}, K=2^{bits}, threads={runtime.get_num_threads()}")
     print(f"{'ISA':>10} | {'encode M/s':>10} {'gen M/s':>10} {'LLR/gen':>8} | {'decode ms':>9} | bit-identical to reference")
     ref = rec.candidate(7, 1, 5, min(d, 1 << 16), sigma=0.5, backend="reference").view(np.uint32)

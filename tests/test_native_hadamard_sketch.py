@@ -435,7 +435,9 @@ def test_fwht_isa_follows_the_choice_and_auto_gives_the_same_bits(dtype, isa, th
     try:
         dprec.runtime.set_isa(isa)
         assert dprec.runtime.fwht_isa(dtype) == isa
+        assert dprec.runtime.get_isa_setting() == isa
         dprec.runtime.set_isa("auto")
+        assert dprec.runtime.get_isa_setting() == "auto"
         chosen = dprec.runtime.fwht_isa(dtype)
         simd = [name for name in dprec.runtime.available_isas() if name != "baseline"]
         assert chosen in (simd or ["baseline"])

@@ -55,6 +55,10 @@ void bind_runtime(py::module_& m) {
         py::gil_scoped_release release;
         return std::string(cpu::kernels().name);
     });
+    m.def("isa_is_auto", [] {
+        py::gil_scoped_release release;
+        return cpu::isa_is_auto();
+    });
     m.def(
         "fwht_isa",
         [](bool float64) {

@@ -698,7 +698,7 @@ def run_from_args(args: argparse.Namespace, out: TextIO | None = None) -> BenchR
     cfg = config_from_args(args)
     prev_isa = None
     if args.isa is not None:
-        prev_isa = runtime.get_isa()
+        prev_isa = runtime.get_isa_setting()
         try:
             runtime.set_isa(args.isa)
         except Exception as exc:  # noqa: BLE001

@@ -60,6 +60,16 @@ def get_isa() -> str:
     return str(native().get_isa())
 
 
+def get_isa_setting() -> str:
+    """``"auto"`` while the instruction set is the automatic choice, else the chosen one's name.
+
+    What to give ``set_isa`` to restore the setting later: restoring ``get_isa()`` instead
+    would pin the automatic choice's ISA and so turn off the per-kernel choices that only the
+    automatic setting makes (``fwht_isa``).
+    """
+    return "auto" if native().isa_is_auto() else get_isa()
+
+
 def fwht_isa(dtype: Any = "float32") -> str:
     """The instruction set whose kernels the CPU FWHT runs for ``dtype`` (float32 or float64).
 
