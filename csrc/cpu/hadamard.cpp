@@ -226,6 +226,9 @@ uint64_t fewest_pass_block(uint64_t n, uint64_t l1, uint64_t max_block) {
 template <class T>
 void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
     if (batch == 0 || n == 0) return;
+    // Settles the FWHT's table here, on the calling thread, before any pool work: its first
+    // use times the ISAs, which should neither run on a pool thread nor beside other work.
+    fwht_table<T>();
     const T s = norm_scale<T>(n);
     const Blocking& bk = blocking();
     const uint64_t l1 = bk.l1 / sizeof(T), l2 = bk.l2 / sizeof(T);

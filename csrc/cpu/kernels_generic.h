@@ -305,27 +305,18 @@ struct GenericKernels {
         }
     }
 
-    // The ISA's fused encode addends (S::sketch_addends_philox), or null where it has none.
-    template <class SS, class T, class = void>
-    struct HasFusedAddends : std::false_type {};
-    template <class SS, class T>
-    struct HasFusedAddends<SS, T, std::void_t<decltype(&SS::template sketch_addends_philox<T>)>> : std::true_type {};
+    // The ISA's fused count-sketch kernels (S::sketch_addends_philox, S::sketch_gather_philox),
+    // or null where it has none (S::kHasFusedSketch).
     template <class T>
     static auto sketch_addends_philox() {
         using Fn = void (*)(const T*, T, uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, size_t, uint32_t*, T*);
-        if constexpr (HasFusedAddends<S, T>::value) return static_cast<Fn>(&S::template sketch_addends_philox<T>);
+        if constexpr (S::kHasFusedSketch) return static_cast<Fn>(&S::template sketch_addends_philox<T>);
         else return static_cast<Fn>(nullptr);
     }
-
-    // The ISA's fused mean decode (S::sketch_gather_philox), or null where it has none.
-    template <class SS, class T, class = void>
-    struct HasFusedGather : std::false_type {};
-    template <class SS, class T>
-    struct HasFusedGather<SS, T, std::void_t<decltype(&SS::template sketch_gather_philox<T>)>> : std::true_type {};
     template <class T>
     static auto sketch_gather_philox() {
         using Fn = void (*)(const T*, uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, size_t, double*);
-        if constexpr (HasFusedGather<S, T>::value) return static_cast<Fn>(&S::template sketch_gather_philox<T>);
+        if constexpr (S::kHasFusedSketch) return static_cast<Fn>(&S::template sketch_gather_philox<T>);
         else return static_cast<Fn>(nullptr);
     }
 

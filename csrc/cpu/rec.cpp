@@ -290,11 +290,15 @@ void rec_accumulate(T* out, uint64_t d, uint32_t group, const uint64_t* seeds, c
     });
 }
 
-int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n) {
+namespace {
+
+// argmax_i (logits[i] + noise(i)) over n >= 1 values; the first index on ties.
+template <class Noise>
+int64_t argmax_plus(const double* logits, size_t n, const Noise& noise) {
     int64_t best = 0;
-    double best_value = logits[0] + gumbel[0];
+    double best_value = logits[0] + noise(0);
     for (size_t i = 1; i < n; ++i) {
-        const double v = logits[i] + gumbel[i];
+        const double v = logits[i] + noise(i);
         if (v > best_value) {
             best_value = v;
             best = static_cast<int64_t>(i);
@@ -303,17 +307,27 @@ int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n) {
     return best;
 }
 
+}  // namespace
+
+int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n) {
+    return argmax_plus(logits, n, [gumbel](size_t i) { return gumbel[i]; });
+}
+
 int64_t gumbel_argmax_words(const double* logits, const uint64_t* words, size_t n) {
-    int64_t best = 0;
-    double best_value = logits[0] + gumbel_of_word(words[0]);
-    for (size_t i = 1; i < n; ++i) {
-        const double v = logits[i] + gumbel_of_word(words[i]);
-        if (v > best_value) {
-            best_value = v;
-            best = static_cast<int64_t>(i);
-        }
-    }
-    return best;
+    return argmax_plus(logits, n, [words](size_t i) { return gumbel_of_word(words[i]); });
+}
+
+void gumbel_argmax_groups(const double* logits, const double* gumbel, const int64_t* offsets, size_t n_groups,
+                          int64_t* out) {
+    for (size_t g = 0; g < n_groups; ++g)
+        out[g] = gumbel_argmax(logits + offsets[g], gumbel + offsets[g], static_cast<size_t>(offsets[g + 1] - offsets[g]));
+}
+
+void gumbel_argmax_words_groups(const double* logits, const uint64_t* words, const int64_t* offsets, size_t n_groups,
+                                int64_t* out) {
+    for (size_t g = 0; g < n_groups; ++g)
+        out[g] = gumbel_argmax_words(logits + offsets[g], words + offsets[g],
+                                     static_cast<size_t>(offsets[g + 1] - offsets[g]));
 }
 
 template void rec_dot_products<float>(const float*, uint64_t, uint64_t, uint32_t, uint32_t, double*);

@@ -59,4 +59,11 @@ int64_t gumbel_argmax(const double* logits, const double* gumbel, size_t n);
 // randomness, not part of any contract).
 int64_t gumbel_argmax_words(const double* logits, const uint64_t* words, size_t n);
 
+// The two above per segment [offsets[g], offsets[g+1]) (non-empty) of the flat logits and noise,
+// for g < n_groups: out[g] is relative to its segment.
+void gumbel_argmax_groups(const double* logits, const double* gumbel, const int64_t* offsets, size_t n_groups,
+                          int64_t* out);
+void gumbel_argmax_words_groups(const double* logits, const uint64_t* words, const int64_t* offsets, size_t n_groups,
+                                int64_t* out);
+
 }  // namespace dprec::cpu

@@ -7,6 +7,7 @@
 
 struct SimdAvx2 {
     static constexpr bool kHasPhilox = false;  // the generic 32-bit-lane Philox serves
+    static constexpr bool kHasFusedSketch = false;  // count-sketch through word buffers
     static constexpr int kUnroll = 2;  // vectors interleaved per step (kernels_generic.h)
     static constexpr int kLanes = 8;
     static constexpr const char* kName = "avx2";

@@ -22,6 +22,7 @@ struct SimdAvx512 {
     static __m512i high_to_low(__m512i v) { return _mm512_shuffle_epi32(v, _MM_PERM_CDAB); }
 
     static constexpr bool kHasPhilox = true;
+    static constexpr bool kHasFusedSketch = true;  // sketch_addends_philox, sketch_gather_philox
     // Philox4x32-10 of blocks block0 .. block0 + 16 N - 1 with each counter word in a 64-bit
     // lane: vpmuludq then gives the whole product, so a round is two multiplies, two
     // shuffles and two three-way XORs per 8 blocks. Upper halves of lanes hold garbage

@@ -15,6 +15,7 @@
 
 struct SimdNeon {
     static constexpr bool kHasPhilox = false;  // the generic 32-bit-lane Philox serves
+    static constexpr bool kHasFusedSketch = false;  // count-sketch through word buffers
     // Vectors interleaved per step (kernels_generic.h). The Box-Muller code keeps about five
     // arrays of 2 kUnroll vectors live at once (f, s, z, p, e in neg2_log_uniform; x, x2, ps, pc,
     // quadrant in cos_sin_turn, plus the radii t): with kUnroll = 2 that is about 24 of the 32

@@ -6,6 +6,7 @@
 
 struct SimdScalar {
     static constexpr bool kHasPhilox = false;  // the generic 32-bit-lane Philox serves
+    static constexpr bool kHasFusedSketch = false;  // count-sketch through word buffers
     static constexpr int kUnroll = 1;  // vectors interleaved per step (kernels_generic.h)
     static constexpr int kLanes = 1;
     static constexpr const char* kName = "baseline";

@@ -148,8 +148,10 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
     // rest in element order. Returns nf.
     const auto fused = fused_addends(k, x);
     const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
+    // Of n elements starting at a tile or block boundary, those kept in lane order.
+    auto lane_order_prefix = [&](uint64_t n) { return fused ? n / group_elements * group_elements : 0; };
     auto row_addends = [&](uint64_t r, uint64_t a, uint64_t n, uint32_t* hb, uint32_t* sb, uint32_t* idx, T* val) {
-        const uint64_t nf = fused ? n / group_elements * group_elements : 0;
+        const uint64_t nf = lane_order_prefix(n);
         if (nf > 0)
             fused(x + a, s, cols, seed, static_cast<uint32_t>(r), group, static_cast<uint32_t>(a >> 2),
                   static_cast<size_t>(nf / 4), idx, val);
@@ -251,8 +253,8 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
                 const uint32_t* idx = slot_idx(w, b % kHelpSlots);
                 const T* val = slot_val(w, b % kHelpSlots);
                 // Tiles are whole vectors of blocks but for the last of x, so the block is in
-                // lane order up to its last whole vector (as row_addends left it).
-                const uint64_t nf = fused ? n / group_elements * group_elements : 0;
+                // lane order up to its last whole vector, as row_addends left it tile by tile.
+                const uint64_t nf = lane_order_prefix(n);
                 for (uint64_t r = r0; r < r1; ++r)
                     scatter(table + r * cols, idx + (r - r0) * bk, val + (r - r0) * bk, nf, n);
             }

@@ -153,9 +153,7 @@ void bind_rec(py::module_& m) {
             const double* g = input<double>(gumbel, "gumbel");
             if (gumbel.size() != logits.size()) throw py::value_error("gumbel must have the size of logits");
             const int64_t* off = segment_offsets(offsets, out, logits.size());
-            int64_t* o = output<int64_t>(out, "out");
-            for (py::ssize_t i = 0; i < out.size(); ++i)
-                o[i] = cpu::gumbel_argmax(l + off[i], g + off[i], static_cast<size_t>(off[i + 1] - off[i]));
+            cpu::gumbel_argmax_groups(l, g, off, static_cast<size_t>(out.size()), output<int64_t>(out, "out"));
         },
         py::arg("logits"), py::arg("gumbel"), py::arg("offsets"), py::arg("out"));
 
@@ -165,9 +163,7 @@ void bind_rec(py::module_& m) {
             const double* l = input<double>(logits, "logits");
             const uint64_t* w = checked_words(words, logits.size());
             const int64_t* off = segment_offsets(offsets, out, logits.size());
-            int64_t* o = output<int64_t>(out, "out");
-            for (py::ssize_t i = 0; i < out.size(); ++i)
-                o[i] = cpu::gumbel_argmax_words(l + off[i], w + off[i], static_cast<size_t>(off[i + 1] - off[i]));
+            cpu::gumbel_argmax_words_groups(l, w, off, static_cast<size_t>(out.size()), output<int64_t>(out, "out"));
         },
         py::arg("logits"), py::arg("words"), py::arg("offsets"), py::arg("out"));
 

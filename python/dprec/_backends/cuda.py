@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _native
-from ..reference.rec import gumbel_from_words
+from .composed import ComposedGroupSampling
 
 if TYPE_CHECKING:
     from .._arrays import Array
@@ -40,7 +40,7 @@ def _norm_stats(xs: list[Array], divisor: float) -> np.ndarray:
                               [x.size for x in xs], divisor, scratch=first.scratch)
 
 
-class CudaKernels:
+class CudaKernels(ComposedGroupSampling):
     name = "cuda"
     #: The CPU sorts up to 32 rows with a sorting network that the GPU repeats exactly (signed
     #: zeros included); beyond that the CPU's selection cannot be reproduced bit for bit.
@@ -106,19 +106,6 @@ class CudaKernels:
     @staticmethod
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         return _cuda().gumbel_argmax(logits.device, logits.stream, logits.ptr, noise, offsets, scratch=logits.scratch)
-
-    @staticmethod
-    def gumbel_argmax_words(logits: Array, words: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        # The private noise is made on the host (NumPy) and uploaded with the call.
-        return CudaKernels.gumbel_argmax(logits, gumbel_from_words(words), offsets)
-
-    @staticmethod
-    def sample_groups(
-        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray,
-        words: np.ndarray, logits: Array
-    ) -> np.ndarray:
-        CudaKernels.dot_products_groups(phis, seed, groups, offsets, factors, logits)
-        return CudaKernels.gumbel_argmax_words(logits, words, offsets)
 
     @staticmethod
     def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:

@@ -16,12 +16,13 @@ from ..reference import rec as _rec
 from ..reference import rounding as _rounding
 from ..reference import sketch as _sketch
 from . import host
+from .composed import ComposedGroupSampling
 
 if TYPE_CHECKING:
     from .._arrays import Array
 
 
-class ReferenceKernels(host.HostKernels):
+class ReferenceKernels(host.HostKernels, ComposedGroupSampling):
     name = "reference"
 
     @staticmethod
@@ -68,18 +69,6 @@ class ReferenceKernels(host.HostKernels):
     def gumbel_argmax(logits: Array, noise: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lg = logits.host.reshape(-1)
         return np.array([_rec.gumbel_argmax(lg[a:b], noise[a:b]) for a, b in host.segments(offsets)], dtype=np.int64)
-
-    @staticmethod
-    def gumbel_argmax_words(logits: Array, words: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        return ReferenceKernels.gumbel_argmax(logits, _rec.gumbel_from_words(words), offsets)
-
-    @staticmethod
-    def sample_groups(
-        phis: list[Array], seed: int, groups: np.ndarray, offsets: np.ndarray, factors: np.ndarray,
-        words: np.ndarray, logits: Array
-    ) -> np.ndarray:
-        ReferenceKernels.dot_products_groups(phis, seed, groups, offsets, factors, logits)
-        return ReferenceKernels.gumbel_argmax_words(logits, words, offsets)
 
     @staticmethod
     def accumulate(out: Array, group: int, seeds: np.ndarray, indices: np.ndarray, coefs: np.ndarray) -> None:
