@@ -9,8 +9,9 @@ namespace dprec::cpu {
 // in place: x <- H_n x, or H_n x / sqrt(n) when `normalize`. Arguments are assumed validated.
 //
 // Arithmetic contract: stages run in increasing stride h = 1, 2, 4, ..., n/2, each butterfly
-// being (a, b) -> (a + b, a - b) in T (no FMA), then, if normalize, one multiply by
-// T(1/sqrt(n)) (exactly 2^-m for n = 4^m). So the result equals, bit for bit, the textbook
+// being (a, b) -> (a + b, a - b) in T, each rounded once (no product of data is fused into a
+// sum; a kernel may run a - b as fma(a, 1, -b), which rounds exactly like a - b), then, if
+// normalize, one multiply by T(1/sqrt(n)) (exactly 2^-m for n = 4^m). So the result equals, bit for bit, the textbook
 // radix-2 loop in T, whatever the thread count, cache blocking or radix grouping.
 template <class T>
 void fwht(T* x, uint64_t batch, uint64_t n, bool normalize);

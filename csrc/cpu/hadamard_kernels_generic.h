@@ -9,7 +9,12 @@
 // shuffles, changes neither the operands nor the order of any element's operations, so
 // every ISA gives the same bits as the scalar radix-2 loop. The in-register stages use
 // x + (-y), which IEEE-754 defines to equal x - y exactly (negation is exact), and
-// x + y == y + x exactly.
+// x + y == y + x exactly. Where the traits say so (simd_avx2.h, simd_avx512.h) a sum or
+// difference runs on the FMA units as fma(a, +-1, b): the product is exact, so the one
+// rounding of the fma is that of b +- a, bit for bit, signed zeros included. This is not
+// contraction (no product of data is fused into a sum); it only moves half the butterflies
+// off the adders (AMD Zen has two FMA pipes besides its two adders, Intel Golden Cove a
+// third port), which in cache are what limits the transform.
 
 #if defined(__GNUC__) || defined(__clang__)
 #define DPREC_FWHT_UNROLL _Pragma("GCC unroll 64")
@@ -130,6 +135,9 @@ struct FwhtKernels {
     static D vadd(D a, D b) { return S::addd(a, b); }
     static F vsub(F a, F b) { return S::subf(a, b); }
     static D vsub(D a, D b) { return S::subd(a, b); }
+    // The difference of a butterfly: the traits' fwht_sub (on x86 an FMA, see the header).
+    static F bsub(F a, F b) { return S::fwht_subf(a, b); }
+    static D bsub(D a, D b) { return S::fwht_subd(a, b); }
     static F vmul(F a, F b) { return S::mulf(a, b); }
     static D vmul(D a, D b) { return S::muld(a, b); }
 
@@ -142,6 +150,30 @@ struct FwhtKernels {
             S::storeu(x + i + L, b);
         }
         for (; i < len; i += L) S::storeu(x + i, S::fwht_lanes(S::loadf(x + i)));
+    }
+
+    // Stages h = 1 .. L/2 in register and then h = L .. 2^(R-1) L across each run of 2^R
+    // consecutive vectors, in one pass (len a multiple of 2^R L): the operations of
+    // vec_inreg then vec_radix<R> at h = L, with one load and one store per vector.
+    template <int R>
+    static void vec_inreg_radix(float* x, uint64_t len) {
+        constexpr int N = 1 << R;
+        for (uint64_t i = 0; i < len; i += N * L) {
+            F v[N];
+            DPREC_FWHT_UNROLL
+            for (int k = 0; k < N; ++k) v[k] = S::fwht_lanes(S::loadf(x + i + k * L));
+            DPREC_FWHT_UNROLL
+            for (int t = 0; t < R * N / 2; ++t) {
+                const int st = 1 << (t / (N / 2));
+                const int q = t % (N / 2);
+                const int lo = (q / st) * 2 * st + q % st;
+                const F a = v[lo], b = v[lo + st];
+                v[lo] = vadd(a, b);
+                v[lo + st] = bsub(a, b);
+            }
+            DPREC_FWHT_UNROLL
+            for (int k = 0; k < N; ++k) S::storeu(x + i + k * L, v[k]);
+        }
     }
 
     // Stages h, 2h, ..., 2^(R-1) h on the 2^R rows p + k h, columns [0, ncols) (a multiple
@@ -163,7 +195,7 @@ struct FwhtKernels {
                 const int lo = (q / st) * 2 * st + q % st;
                 const Vec<T> a = v[lo], b = v[lo + st];
                 v[lo] = vadd(a, b);
-                v[lo + st] = vsub(a, b);
+                v[lo + st] = bsub(a, b);
             }
             DPREC_FWHT_UNROLL
             for (int k = 0; k < N; ++k) vstore(p + j + k * h, Scaled ? vmul(v[k], vs) : v[k]);
@@ -264,8 +296,16 @@ struct FwhtKernels {
                     stages_scalar<float>(x, len, h_begin, h_end);
                     return;
                 }
-                vec_inreg(x, len);
-                h = L;
+                // The in-register stages ride on the first pass across vectors where the
+                // row has room for a full one.
+                constexpr int RM = S::kFwhtRadix;
+                if (h_end >= (L << RM) && len % (L << RM) == 0) {
+                    vec_inreg_radix<RM>(x, len);
+                    h = L << RM;
+                } else {
+                    vec_inreg(x, len);
+                    h = L;
+                }
             }
             vec_stages<float>(x, len, h, h_end);
         }

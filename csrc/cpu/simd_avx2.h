@@ -66,9 +66,7 @@ struct SimdAvx2 {
     static void storeu(uint32_t* p, U v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
     static void storeu(float* p, F v) { _mm256_storeu_ps(p, v); }
 
-    // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4 inside one vector. Lane i of a
-    // stage is v[i] + v[i^h] in the low lane of each pair and v[i^h] + (-v[i]) == v[i^h] - v[i]
-    // in the high lane: bit for bit the scalar butterfly.
+    // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4 inside one vector (fwht_lanes).
     static constexpr int kFwhtRadix = 3;  // stages fused per pass beyond the vector width
     static F loadf(const float* p) { return _mm256_loadu_ps(p); }
     // FWHT float64: whole-vector stages only (those below the width run in scalar code).
@@ -80,11 +78,16 @@ struct SimdAvx2 {
     static D addd(D a, D b) { return _mm256_add_pd(a, b); }
     static D subd(D a, D b) { return _mm256_sub_pd(a, b); }
     static D muld(D a, D b) { return _mm256_mul_pd(a, b); }
+    // a - b as fma(a, 1, -b), rounded once like a - b, on the FMA units (hadamard_kernels_generic.h).
+    static F fwht_subf(F a, F b) { return _mm256_fmsub_ps(a, _mm256_set1_ps(1.0f), b); }
+    static D fwht_subd(D a, D b) { return _mm256_fmsub_pd(a, _mm256_set1_pd(1.0), b); }
+    // Each in-register stage is one permute and one fma(v, +-1, w) with w the permuted v:
+    // v[i] + w[i] in the low lane of each pair, w[i] - v[i] = v[i^h] - v[i] in the high one.
     static F fwht_lanes(F v) {
-        const int s = int(0x80000000u);
-        v = _mm256_add_ps(_mm256_permute_ps(v, 0xB1), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, s, 0, s, 0, s, 0, s))));
-        v = _mm256_add_ps(_mm256_permute_ps(v, 0x4E), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, s, s, 0, 0, s, s))));
-        v = _mm256_add_ps(_mm256_permute2f128_ps(v, v, 0x01), _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_setr_epi32(0, 0, 0, 0, s, s, s, s))));
+        const __m256 one = _mm256_set1_ps(1.0f), minus = _mm256_set1_ps(-1.0f);
+        v = _mm256_fmadd_ps(v, _mm256_blend_ps(one, minus, 0xAA), _mm256_permute_ps(v, 0xB1));
+        v = _mm256_fmadd_ps(v, _mm256_blend_ps(one, minus, 0xCC), _mm256_permute_ps(v, 0x4E));
+        v = _mm256_fmadd_ps(v, _mm256_blend_ps(one, minus, 0xF0), _mm256_permute2f128_ps(v, v, 0x01));
         return v;
     }
     // out[4 l + j] = z_j[l] for l < 8: a 4x4 transpose in each 128-bit half, then halves.

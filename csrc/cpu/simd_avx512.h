@@ -219,9 +219,7 @@ struct SimdAvx512 {
     static void storeu(uint32_t* p, U v) { _mm512_storeu_si512(p, v); }
     static void storeu(float* p, F v) { _mm512_storeu_ps(p, v); }
 
-    // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4, 8 inside one vector. Lane i of
-    // a stage is w[i] + v[i] in the low lane of each pair (w = v with lanes i, i^h swapped)
-    // and w[i] - v[i] = v[i^h] - v[i] in the high lane: bit for bit the scalar butterfly.
+    // FWHT (hadamard_kernels_generic.h): stages h = 1, 2, 4, 8 inside one vector (fwht_lanes).
     static constexpr int kFwhtRadix = 4;  // stages fused per pass beyond the vector width
     static F loadf(const float* p) { return _mm512_loadu_ps(p); }
     // FWHT float64: whole-vector stages only (those below the width run in scalar code).
@@ -233,15 +231,19 @@ struct SimdAvx512 {
     static D addd(D a, D b) { return _mm512_add_pd(a, b); }
     static D subd(D a, D b) { return _mm512_sub_pd(a, b); }
     static D muld(D a, D b) { return _mm512_mul_pd(a, b); }
+    static F fwht_subf(F a, F b) { return _mm512_fmsub_ps(a, _mm512_set1_ps(1.0f), b); }  // as simd_avx2.h
+    static D fwht_subd(D a, D b) { return _mm512_fmsub_pd(a, _mm512_set1_pd(1.0), b); }
+    // Each stage one permute and one fma(v, +-1, w), as in simd_avx2.h.
     static F fwht_lanes(F v) {
-        __m512 w = _mm512_permute_ps(v, 0xB1);
-        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xAAAA), w, v);
-        w = _mm512_permute_ps(v, 0x4E);
-        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xCCCC), w, v);
-        w = _mm512_shuffle_f32x4(v, v, 0xB1);
-        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xF0F0), w, v);
-        w = _mm512_shuffle_f32x4(v, v, 0x4E);
-        v = _mm512_mask_sub_ps(_mm512_add_ps(w, v), __mmask16(0xFF00), w, v);
+        const __m512 one = _mm512_set1_ps(1.0f);
+        const __m512 s1 = _mm512_mask_blend_ps(0xAAAA, one, _mm512_set1_ps(-1.0f));
+        const __m512 s2 = _mm512_mask_blend_ps(0xCCCC, one, _mm512_set1_ps(-1.0f));
+        const __m512 s4 = _mm512_mask_blend_ps(0xF0F0, one, _mm512_set1_ps(-1.0f));
+        const __m512 s8 = _mm512_mask_blend_ps(0xFF00, one, _mm512_set1_ps(-1.0f));
+        v = _mm512_fmadd_ps(v, s1, _mm512_permute_ps(v, 0xB1));
+        v = _mm512_fmadd_ps(v, s2, _mm512_permute_ps(v, 0x4E));
+        v = _mm512_fmadd_ps(v, s4, _mm512_shuffle_f32x4(v, v, 0xB1));
+        v = _mm512_fmadd_ps(v, s8, _mm512_shuffle_f32x4(v, v, 0x4E));
         return v;
     }
     // out[4 l + j] = z_j[l] for l < 16: 4x4 transposes per 128-bit lane, then lanes.

@@ -100,6 +100,9 @@ struct SimdNeon {
     static D addd(D a, D b) { return vaddq_f64(a, b); }
     static D subd(D a, D b) { return vsubq_f64(a, b); }
     static D muld(D a, D b) { return vmulq_f64(a, b); }
+    // Butterfly differences as plain subtractions: on Arm cores the FMA units are the adders.
+    static F fwht_subf(F a, F b) { return vsubq_f32(a, b); }
+    static D fwht_subd(D a, D b) { return vsubq_f64(a, b); }
     static F fwht_lanes(F v) {
         // h = 1: lane i of w is v[i ^ 1]. Low lane w[i] + v[i] = v[i^1] + v[i] (addition
         // commutes exactly), high lane w[i] + (-v[i]) = v[i^1] - v[i] exactly.
