@@ -97,7 +97,8 @@ struct KernelTable {
     // where the ISA has no such kernel: for the elements of blocks [block0, block0 + nblocks)
     // (nblocks a multiple of `lanes`), in lane order (L = lanes, element 4 * block0 + e with
     // e = c*4L + 4l + j kept at acc[c*4L + j*L + l]), acc += row[bucket], negated by the sign,
-    // as double: the same bits as sketch_gather on the same words.
+    // as double: the same bits as sketch_gather on the same words. Only for cols <= 2^31
+    // (buckets are gathered with 32-bit indices); wider rows go through the words.
     void (*sketch_gather_philox_f32)(const float* row, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
                                      uint32_t block0, size_t nblocks, double* acc);
     void (*sketch_gather_philox_f64)(const double* row, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,

@@ -335,7 +335,7 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             // Row by row, each row's elements tile by tile: every element still adds its rows
             // in increasing order, whatever the chunk. Where the ISA has a fused kernel, the
             // whole vectors of blocks go through it (sums in lane order), the rest through words.
-            const auto fused = fused_gather(k, table);
+            const auto fused = cols <= (uint64_t(1) << 31) ? fused_gather(k, table) : nullptr;
             const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
             const uint64_t n_fused = fused ? n / group_elements * group_elements : 0;
             std::vector<double> acc(static_cast<size_t>(n), 0.0);
