@@ -203,6 +203,33 @@ def test_native_finiteness_check_finds_each_position(dtype, n, bad, threads, isa
             assert core.all_finite(x) == bool(np.isfinite(x).all())
 
 
+@requires_native
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, (1 << 14) + 1, 1 << 17, (1 << 18) + 5])
+def test_native_abs_at_most_against_numpy(dtype, n, threads):
+    """_core.abs_at_most (the public FWHT's one scan for NaN, infinity and overflow) against
+    NumPy: each position of a value just above, at and below the limit, of NaN and of
+    infinity, both signs, at 1 and 2 threads."""
+    core = _native.native()
+    limit = dtype(np.finfo(dtype).max / (2 * 1024))
+    above, below = np.nextafter(limit, dtype(np.inf)), np.nextafter(limit, dtype(0))
+    for t in (1, 2):
+        threads(t)
+        assert core.abs_at_most(np.zeros(n, dtype), float(limit))
+        for value in (above, limit, below, np.nan, np.inf, dtype(0)):
+            for sign in (1, -1):
+                for pos in sorted({0, n // 2, n - 1}):
+                    x = np.zeros(n, dtype)
+                    x[pos] = sign * value
+                    assert core.abs_at_most(x, float(limit)) == bool(np.all(np.abs(x) <= limit)), (value, sign, pos)
+    with pytest.raises(ValueError, match="limit must be positive and finite"):
+        core.abs_at_most(np.zeros(4, dtype), float("inf"))
+    with pytest.raises(ValueError, match="limit must be positive and finite"):
+        core.abs_at_most(np.zeros(4, dtype), 0.0)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        core.abs_at_most(np.zeros(4, np.int32), 1.0)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_non_finite_rejected_in_large_arrays(bad):
     """Large inputs take the native finiteness check: the error still names the argument."""

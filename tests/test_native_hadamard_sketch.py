@@ -147,6 +147,47 @@ def test_fwht_thread_count_invariant(shape, dtype, threads, rng):
     assert one.tobytes() == two.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (5, 8), (300, 128), (3, 1 << 13), (2, 1 << 16), (1, 1 << 18), (1, 1 << 20), (2, 1 << 21)]
+)
+@pytest.mark.parametrize("normalize", [False, True])
+def test_fwht_from_src_equals_copy_then_in_place(shape, dtype, normalize, threads, rng):
+    """The out-of-place transform (the copy fused into each block's first pass) gives the
+    in-place transform's bits, on every path (short rows, one block, multi-level, rows beyond
+    the L3 tree), at 1 and 2 threads, and leaves src untouched."""
+    src = rng.standard_normal(shape).astype(dtype).reshape(-1)
+    kept = src.copy()
+    want = native_fwht(src.reshape(shape), normalize).reshape(-1)
+    for t in (1, 2):
+        threads(t)
+        out = np.full_like(src, np.nan)
+        _core.fwht(out, shape[-1], normalize, src)
+        np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+        np.testing.assert_array_equal(src, kept)
+    same = src.copy()  # src is x itself: in place
+    _core.fwht(same, shape[-1], normalize, same)
+    np.testing.assert_array_equal(same.view(np.uint8), want.view(np.uint8))
+
+
+def test_fwht_src_is_checked():
+    x = np.zeros(64, np.float32)
+    with pytest.raises(ValueError, match="src must have the size of x"):
+        _core.fwht(x, 8, False, np.zeros(32, np.float32))
+    with pytest.raises(TypeError, match="src must have dtype float32"):
+        _core.fwht(x, 8, False, np.zeros(64, np.float64))
+    with pytest.raises(TypeError, match="src must be a NumPy array"):
+        _core.fwht(x, 8, False, [0.0] * 64)
+    with pytest.raises(ValueError, match="src must be C-contiguous"):
+        _core.fwht(x, 8, False, np.zeros(128, np.float32)[::2])
+    buf = np.zeros(72, np.float32)
+    with pytest.raises(ValueError, match="src and x overlap"):
+        _core.fwht(buf[8:], 8, False, buf[:64])
+    with pytest.raises(ValueError, match="src and x overlap"):
+        _core.fwht(buf[:64], 8, False, buf[8:])
+    _core.fwht(buf[:32], 8, False, buf[32:64])  # adjacent, not overlapping
+
+
 def test_fwht_empty_batch_is_a_no_op():
     x = np.zeros(0, np.float32)
     _core.fwht(x, 8, True)

@@ -12,6 +12,8 @@ from dprec import rec
 from dprec.hadamard import RandomizedHadamard, fwht
 from dprec.sketch import CountSketch
 
+from .conftest import BACKENDS
+
 _SMALL = 64 << 20  # the checks must not allocate anything near the arrays' sizes
 
 
@@ -186,6 +188,27 @@ def test_fwht_large_but_finite_in_place_is_fine():
     x[0] = 3e38
     assert fwht(x, normalize=False, inplace=True) is x
     np.testing.assert_array_equal(x, np.full(8, np.float32(3e38)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fwht_beyond_the_bound_but_finite_out_of_place(backend):
+    # max|x| above the no-overflow bound: the input and the result are scanned, and a finite
+    # result is returned; NaN in such an input is still named
+    x = np.zeros(1 << 10, np.float32)
+    x[0] = 3e38
+    np.testing.assert_array_equal(fwht(x, normalize=False, backend=backend), np.full(1 << 10, np.float32(3e38)))
+    x[5] = np.nan
+    with pytest.raises(ValueError, match="x contains NaN"):
+        fwht(x, backend=backend)
+
+
+def test_fwht_result_is_64_byte_aligned(rng):
+    # NumPy aligns to 16 bytes; the FWHT's own output is aligned for its whole-line kernels
+    for n in (8, 1 << 12, 1 << 17):
+        x = rng.standard_normal((3, n)).astype(np.float32)
+        y = fwht(x)
+        assert y.ctypes.data % 64 == 0 and y.shape == x.shape and y.dtype == np.float32 and y.flags.c_contiguous
+        np.testing.assert_allclose(y, fwht(x, backend="reference"), rtol=1e-5, atol=1e-5)
 
 
 def test_randomized_hadamard_overflow_raises():

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "dispatch.h"
@@ -15,6 +18,24 @@ constexpr uint64_t kItem = uint64_t(1) << 16;
 
 inline bool chunk_finite(const float* x, uint64_t n) { return kernels().all_finite_f32(x, n); }
 inline bool chunk_finite(const double* x, uint64_t n) { return kernels().all_finite_f64(x, n); }
+
+// |v| <= limit on the bits: with the sign bit cleared, the order of the bit patterns as
+// integers is that of the magnitudes, with infinity above every finite value and NaN above
+// infinity, so one signed integer compare per element (the compiler vectorises it).
+template <class T>
+bool chunk_abs_at_most(const T* x, uint64_t n, T limit) {
+    using Bits = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+    constexpr Bits kMagnitude = std::numeric_limits<Bits>::max();  // every bit but the sign
+    Bits lim;
+    std::memcpy(&lim, &limit, sizeof(T));
+    Bits over = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        Bits b;
+        std::memcpy(&b, x + i, sizeof(T));
+        over |= static_cast<Bits>((b & kMagnitude) > lim);
+    }
+    return over == 0;
+}
 
 // One chunk of sum_of_squares. The lanes are independent sums, so the compiler vectorises
 // them without reassociating anything (-ffp-contract=off keeps v * v and + apart, as NumPy
@@ -79,6 +100,20 @@ bool all_finite(const T* x, uint64_t n) {
     return finite.load();
 }
 
+template <class T>
+bool abs_at_most(const T* x, uint64_t n, T limit) {
+    if (n < 2 * kItem) return chunk_abs_at_most(x, n, limit);
+    std::atomic<bool> within{true};
+    parallel_for(static_cast<size_t>((n + kItem - 1) / kItem), [&](size_t item) {
+        if (!within.load(std::memory_order_relaxed)) return;
+        const uint64_t i0 = item * kItem;
+        if (!chunk_abs_at_most(x + i0, std::min(kItem, n - i0), limit)) within.store(false, std::memory_order_relaxed);
+    });
+    return within.load();
+}
+
+template bool abs_at_most<float>(const float*, uint64_t, float);
+template bool abs_at_most<double>(const double*, uint64_t, double);
 template bool all_finite<float>(const float*, uint64_t);
 template bool all_finite<double>(const double*, uint64_t);
 

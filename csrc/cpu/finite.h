@@ -11,6 +11,12 @@ namespace dprec::cpu {
 template <class T>
 bool all_finite(const T* x, uint64_t n);
 
+// Whether every |x[i]|, i < n, is at most `limit` (a finite positive value): false for NaN
+// and infinity too. One read of x, multi-threaded for large n. The public FWHT checks its
+// input against FLT_MAX / (2 n) so, which rules out overflow, instead of scanning its output.
+template <class T>
+bool abs_at_most(const T* x, uint64_t n, T limit);
+
 // Elements per chunk of sum_of_squares, and its lanes.
 constexpr uint64_t kSumSquaresChunk = uint64_t(1) << 16;
 constexpr uint64_t kSumSquaresLanes = 8;

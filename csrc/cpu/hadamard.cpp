@@ -141,9 +141,12 @@ void run_items(uint64_t n_items, uint64_t elements, const Body& body) {
 // inside L1 blocks of l1 elements, then the stages that couple them, in place while the row
 // is in L2.
 template <class T>
-void fwht_in_cache(T* x, uint64_t n, uint64_t l1, bool normalize, T s) {
+void fwht_in_cache(const T* src, T* x, uint64_t n, uint64_t l1, bool normalize, T s) {
     const uint64_t B = std::min(n, l1);
-    for (uint64_t i = 0; i < n; i += B) stages(x + i, B, 1, B);
+    for (uint64_t i = 0; i < n; i += B) {
+        if (src != x) std::copy(src + i, src + i + B, x + i);  // into the L1, for the stages
+        stages(x + i, B, 1, B);
+    }
     if (B < n) {
         across_rows(x, B, n / B, B, normalize, s);
     } else if (normalize) {
@@ -178,12 +181,12 @@ void across_level(const LongPlan& p, T* x, uint64_t n, uint64_t size, bool norma
 }
 
 template <class T>
-void fwht_long(const LongPlan& p, T* x, uint64_t n, bool normalize, T s) {
+void fwht_long(const LongPlan& p, const T* src, T* x, uint64_t n, bool normalize, T s) {
     const uint64_t B = p.block;
     if (n <= p.l3_tree || p.sub_row(n) == B) {
         // The row fits in the L3: every block at once, then each level at once (all the
         // threads busy at every step), from the smallest nodes up.
-        run_items(n / B, n, [&](size_t item) { fwht_in_cache<T>(x + item * B, B, p.l1, false, s); });
+        run_items(n / B, n, [&](size_t item) { fwht_in_cache<T>(src + item * B, x + item * B, B, p.l1, false, s); });
         std::vector<uint64_t> sizes;  // node sizes, top-down
         for (uint64_t size = n; size > B; size = p.sub_row(size)) sizes.push_back(size);
         for (size_t i = sizes.size(); i-- > 0;) across_level(p, x, n, sizes[i], normalize && i == 0, s);
@@ -192,7 +195,7 @@ void fwht_long(const LongPlan& p, T* x, uint64_t n, bool normalize, T s) {
     // Larger: one sub-row after another (each one then stays in the L3 while it is done),
     // then the stages across them, in a pass over memory.
     const uint64_t child = p.sub_row(n);
-    for (uint64_t c = 0; c < n / child; ++c) fwht_long(p, x + c * child, child, false, s);
+    for (uint64_t c = 0; c < n / child; ++c) fwht_long(p, src + c * child, x + c * child, child, false, s);
     across_level(p, x, n, n, normalize, s);
 }
 
@@ -225,6 +228,11 @@ uint64_t fewest_pass_block(uint64_t n, uint64_t l1, uint64_t max_block) {
 
 template <class T>
 void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
+    fwht<T>(x, x, batch, n, normalize);
+}
+
+template <class T>
+void fwht(const T* src, T* x, uint64_t batch, uint64_t n, bool normalize) {
     if (batch == 0 || n == 0) return;
     // Settles the FWHT's table here, on the calling thread, before any pool work: its first
     // use times the ISAs, which should neither run on a pool thread nor beside other work.
@@ -248,7 +256,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
             const uint64_t r0 = item * rows_per_item;
             const uint64_t r1 = std::min(batch, r0 + rows_per_item);
             if (n > l1) {
-                for (uint64_t r = r0; r < r1; ++r) fwht_in_cache<T>(x + r * n, n, l1, normalize, s);
+                for (uint64_t r = r0; r < r1; ++r) fwht_in_cache<T>(src + r * n, x + r * n, n, l1, normalize, s);
                 return;
             }
             // Rows are contiguous and the stages never cross a row: one call per in-cache
@@ -257,6 +265,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
             for (uint64_t r = r0; r < r1; r += rows_per_call) {
                 T* rows = x + r * n;
                 const uint64_t len = (std::min(r1, r + rows_per_call) - r) * n;
+                if (src != x) std::copy(src + r * n, src + r * n + len, rows);  // into the L1
                 if (n > 1) stages(rows, len, 1, n);
                 if (normalize && n > 1) scale_all(rows, len, s);
             }
@@ -265,7 +274,7 @@ void fwht(T* x, uint64_t batch, uint64_t n, bool normalize) {
     }
     block = fewest_pass_block(n, l1, block);
     const LongPlan plan{l1, block, bk.l3_tree / sizeof(T), l1};
-    for (uint64_t r = 0; r < batch; ++r) fwht_long(plan, x + r * n, n, normalize, s);
+    for (uint64_t r = 0; r < batch; ++r) fwht_long(plan, src + r * n, x + r * n, n, normalize, s);
 }
 
 template <class T>
@@ -274,6 +283,8 @@ const char* fwht_isa() {
 }
 
 template void fwht<float>(float*, uint64_t, uint64_t, bool);
+template void fwht<float>(const float*, float*, uint64_t, uint64_t, bool);
+template void fwht<double>(const double*, double*, uint64_t, uint64_t, bool);
 template const char* fwht_isa<float>();
 template const char* fwht_isa<double>();
 template void fwht<double>(double*, uint64_t, uint64_t, bool);

@@ -16,6 +16,12 @@ namespace dprec::cpu {
 template <class T>
 void fwht(T* x, uint64_t batch, uint64_t n, bool normalize);
 
+// The same transform out of place: x <- H_n src (batch rows of n each), with the copy done
+// in the transform's first pass over each block (one pass over memory less than copying
+// first). src and x are the same array (in place) or do not overlap; src is not written.
+template <class T>
+void fwht(const T* src, T* x, uint64_t batch, uint64_t n, bool normalize);
+
 // The kernel table whose FWHT kernels fwht<T> runs: the ISA in use, except under the
 // automatic choice, where the fastest SIMD table on a probe transform (timed on first use).
 template <class T>

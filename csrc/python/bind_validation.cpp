@@ -24,9 +24,28 @@ bool all_finite_of(const py::array& x) {
     py::gil_scoped_release release;
     return cpu::all_finite(p, n);
 }
+template <class T>
+bool abs_at_most_of(const py::array& x, double limit) {
+    const T* p = input<T>(x, "x");
+    const T lim = static_cast<T>(limit);
+    if (!(lim > 0) || !std::isfinite(lim))
+        throw py::value_error("limit must be positive and finite in the dtype of x, got " + std::to_string(limit));
+    const uint64_t n = static_cast<uint64_t>(x.size());
+    py::gil_scoped_release release;
+    return cpu::abs_at_most(p, n, lim);
+}
 }  // namespace
 
 void bind_validation(py::module_& m) {
+    m.def(
+        "abs_at_most",
+        [](const py::array& x, double limit) {
+            if (has_dtype(x, py::dtype::of<float>())) return abs_at_most_of<float>(x, limit);
+            return abs_at_most_of<double>(x, limit);  // raises TypeError for any other dtype
+        },
+        py::arg("x"), py::arg("limit"),
+        "Whether every |x| of the 1-D, C-contiguous float32/float64 array x is at most limit (False for NaN).");
+
     m.def(
         "all_finite",
         [](const py::array& x) {

@@ -394,6 +394,20 @@ def empty(like: Array | None, shape: tuple[int, ...], dtype: str, *, zero: bool 
     return made
 
 
+def empty_aligned(like: Array, shape: tuple[int, ...], dtype: str) -> Array:
+    """As :func:`empty`, with host memory 64-byte aligned (a view into a slightly larger
+    buffer): NumPy aligns to 16 bytes only, and a kernel that streams whole cache lines
+    (the FWHT) runs up to 40% slower across line boundaries."""
+    if like.device != HOST:
+        return empty(like, shape, dtype)
+    np_dtype = _NP_DTYPES.get(dtype) or np.dtype(dtype)
+    count = math.prod(shape)
+    raw = np.empty(count * np_dtype.itemsize + 64, dtype=np.uint8)
+    skip = -raw.ctypes.data % 64
+    made = raw[skip : skip + count * np_dtype.itemsize].view(np_dtype).reshape(shape)
+    return Array(made, made, 0, made.shape, dtype, HOST, 0, "numpy")
+
+
 def new_device_array(device: int, stream: int, shape: tuple[int, ...], dtype: str) -> Array:
     """A :class:`dprec.cuda.DeviceArray` (dprec's own memory, in stream order on ``stream``)."""
     from .cuda import DeviceArray  # noqa: PLC0415 - dprec.cuda imports this module

@@ -94,6 +94,12 @@ def _overflow_error(dtype: str, n: int) -> ValueError:
     )
 
 
+def _no_overflow_bound(dtype: str, n: int) -> float:
+    """A bound on max|x| under which no stage of an n-point transform can overflow: every
+    value stays within n * max|x| (times 1 + 2**-20 for the roundings of at most 30 stages)."""
+    return float(np.finfo(dtype).max) / (2 * n)
+
+
 def _fwht_inplace(kernels: Any, x: Array, n: int, normalize: bool) -> None:
     """fwht of the caller's ``x`` where it lies; ValueError, naming ``x``, if the result would
     not be finite, and then ``x`` is left as it was.
@@ -101,14 +107,17 @@ def _fwht_inplace(kernels: Any, x: Array, n: int, normalize: bool) -> None:
     The values grow up to ``n * max|x|``: only when that could overflow the dtype is the
     transform first run on a copy and checked, then (if finite) run again in place.
     """
+    if kernels.abs_at_most(x, _no_overflow_bound(x.dtype, n)):  # one pass, the usual outcome
+        kernels.fwht(x, x, n, normalize)
+        return
     (m,) = kernels.max_abs([x])
     if not np.isfinite(m):
         raise ValueError(f"x contains {'NaN' if np.isnan(m) else 'infinite'} values")
-    if m > float(np.finfo(x.dtype).max) / (2 * n):
-        trial = _arrays.empty(x, x.shape, x.dtype)
-        kernels.fwht(x, trial, n, normalize)
-        if not kernels.all_finite(trial):
-            raise _overflow_error(x.dtype, n)
+    # Finite but beyond the bound: the transform may overflow, so it runs on a copy first.
+    trial = _arrays.empty(x, x.shape, x.dtype)
+    kernels.fwht(x, trial, n, normalize)
+    if not kernels.all_finite(trial):
+        raise _overflow_error(x.dtype, n)
     kernels.fwht(x, x, n, normalize)
 
 
@@ -180,11 +189,18 @@ def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str 
         _fwht_inplace(kernels, target, target.shape[-1], bool(normalize))
         _bump_version(x)
         return x
-    src = _arrays.float_input(a, "x", max_size=None, check_shape=_check_last_axis)  # checked before any copy
+    # Shape and dtype checked before any copy; finiteness below, with the bound on max|x|.
+    src = _arrays.float_input(a, "x", max_size=None, check_shape=_check_last_axis, check_finite=False)
     n = src.shape[-1]
-    out = _arrays.empty(src, src.shape, src.dtype)
+    # One scan of x rules out NaN, infinity and overflow at once; only an x beyond the bound
+    # is checked for NaN and infinity, and its result scanned.
+    bounded = kernels.abs_at_most(src, _no_overflow_bound(src.dtype, n))
+    if not bounded:
+        _arrays.require_finite(src, "x")
+    out = _arrays.empty_aligned(src, src.shape, src.dtype)
     kernels.fwht(src, out, n, bool(normalize))
-    _arrays.require_finite(out, "x", str(_overflow_error(src.dtype, n)))
+    if not bounded:
+        _arrays.require_finite(out, "x", str(_overflow_error(src.dtype, n)))
     return out.result()
 
 

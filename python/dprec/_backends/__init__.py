@@ -44,6 +44,9 @@ class Kernels(Protocol):
     def max_abs(self, xs: list[Array]) -> list[float]:
         """``max |x|`` of each array, NaN where it holds a NaN (on a GPU: one wait)."""
 
+    def abs_at_most(self, x: Array, limit: float) -> bool:
+        """Every ``|x| <= limit`` (finite positive ``limit``; False for NaN or infinity)."""
+
     def norm_stats(self, xs: list[Array], divisor: float) -> tuple[list[float], list[float] | None]:
         """``sum (x / divisor)**2`` of each array in float64, and ``max |x|`` where the same pass
         yields it (the GPU: one wait for both), else None (the host: :meth:`max_abs` on demand)."""

@@ -36,6 +36,10 @@ class CpuKernels(host.HostKernels):
         return bool(_core().all_finite(_flat(x)))
 
     @staticmethod
+    def abs_at_most(x: Array, limit: float) -> bool:
+        return bool(_core().abs_at_most(_flat(x), float(limit)))
+
+    @staticmethod
     def norm_stats(xs: list[Array], divisor: float) -> tuple[list[float], None]:
         # One native call for every tensor; the same bits as the reference's order.
         return _core().sum_of_squares([_flat(x) for x in xs], float(divisor)), None
@@ -107,9 +111,8 @@ class CpuKernels(host.HostKernels):
 
     @staticmethod
     def fwht(src: Array, dst: Array, n: int, normalize: bool) -> None:
-        if dst.host is not src.host:
-            dst.host[...] = src.host
-        _core().fwht(_flat(dst), n, bool(normalize))
+        # Out of place, the copy rides on the transform's first pass over each block.
+        _core().fwht(_flat(dst), n, bool(normalize), None if dst.host is src.host else _flat(src))
 
     @staticmethod
     def randomized_hadamard(

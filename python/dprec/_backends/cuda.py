@@ -55,6 +55,10 @@ class CudaKernels(ComposedGroupSampling):
         return [float(m) for m in _norm_stats(xs, 1.0)[:, 1]]
 
     @staticmethod
+    def abs_at_most(x: Array, limit: float) -> bool:
+        return CudaKernels.max_abs([x])[0] <= limit  # NaN compares False
+
+    @staticmethod
     def norm_stats(xs: list[Array], divisor: float) -> tuple[list[float], list[float]]:
         stats = _norm_stats(xs, divisor)
         return [float(s) for s in stats[:, 0]], [float(m) for m in stats[:, 1]]

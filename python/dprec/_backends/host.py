@@ -27,6 +27,10 @@ class HostKernels:
         return out
 
     @staticmethod
+    def abs_at_most(x: Array, limit: float) -> bool:
+        return bool(np.all(np.abs(x.host) <= limit))  # NaN compares False
+
+    @staticmethod
     def convert(src: Array, dst: Array) -> None:
         dst.host[...] = src.host.reshape(dst.host.shape)
 
