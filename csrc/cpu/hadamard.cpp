@@ -71,8 +71,9 @@ double fwht_probe_once(const KernelTable& t, const T* start, T* x) {
 // where on first use the supported SIMD tables are timed, runs interleaved, fastest run of
 // each, and a narrower one replaces the best only when at least 5% faster (against timing
 // noise). Every ISA gives the same bits (hadamard.h), so this changes speed only: on a
-// Zen 4 EPYC, which splits 512-bit operations in two halves, the AVX2 kernels run the
-// in-cache stages about 20% faster than the AVX-512 ones on aligned data.
+// Zen 4 EPYC, which splits 512-bit operations in two halves, the AVX2 kernels ran the
+// in-cache stages about 20% faster than the AVX-512 ones before the butterflies used the FMA
+// units too; now they time within 5% of each other there.
 template <class T>
 const KernelTable& fwht_table() {
     if (!isa_is_auto()) return kernels();
