@@ -88,28 +88,28 @@ double sum_of_squares(const T* x, uint64_t n, double divisor) {
 template double sum_of_squares<float>(const float*, uint64_t, double);
 template double sum_of_squares<double>(const double*, uint64_t, double);
 
+// Whether pass(x + i0, m) holds for every chunk of x[0, n): one read of x, on the pool for
+// large n, the remaining chunks skipped once one fails.
+template <class T, class Pass>
+bool every_chunk(const T* x, uint64_t n, const Pass& pass) {
+    if (n < 2 * kItem) return pass(x, n);
+    std::atomic<bool> ok{true};
+    parallel_for(static_cast<size_t>((n + kItem - 1) / kItem), [&](size_t item) {
+        if (!ok.load(std::memory_order_relaxed)) return;
+        const uint64_t i0 = item * kItem;
+        if (!pass(x + i0, std::min(kItem, n - i0))) ok.store(false, std::memory_order_relaxed);
+    });
+    return ok.load();
+}
+
 template <class T>
 bool all_finite(const T* x, uint64_t n) {
-    if (n < 2 * kItem) return chunk_finite(x, n);
-    std::atomic<bool> finite{true};
-    parallel_for(static_cast<size_t>((n + kItem - 1) / kItem), [&](size_t item) {
-        if (!finite.load(std::memory_order_relaxed)) return;
-        const uint64_t i0 = item * kItem;
-        if (!chunk_finite(x + i0, std::min(kItem, n - i0))) finite.store(false, std::memory_order_relaxed);
-    });
-    return finite.load();
+    return every_chunk(x, n, [](const T* c, uint64_t m) { return chunk_finite(c, m); });
 }
 
 template <class T>
 bool abs_at_most(const T* x, uint64_t n, T limit) {
-    if (n < 2 * kItem) return chunk_abs_at_most(x, n, limit);
-    std::atomic<bool> within{true};
-    parallel_for(static_cast<size_t>((n + kItem - 1) / kItem), [&](size_t item) {
-        if (!within.load(std::memory_order_relaxed)) return;
-        const uint64_t i0 = item * kItem;
-        if (!chunk_abs_at_most(x + i0, std::min(kItem, n - i0), limit)) within.store(false, std::memory_order_relaxed);
-    });
-    return within.load();
+    return every_chunk(x, n, [limit](const T* c, uint64_t m) { return chunk_abs_at_most(c, m, limit); });
 }
 
 template bool abs_at_most<float>(const float*, uint64_t, float);

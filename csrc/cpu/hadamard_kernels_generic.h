@@ -152,6 +152,22 @@ struct FwhtKernels {
         for (; i < len; i += L) S::storeu(x + i, S::fwht_lanes(S::loadf(x + i)));
     }
 
+    // The R radix-2 stages across the 2^R vectors v (stride 1, 2, ..., 2^(R-1) vectors),
+    // fully unrolled so that v lives in registers.
+    template <int R, class V>
+    static void butterflies(V (&v)[1 << R]) {
+        constexpr int N = 1 << R;
+        DPREC_FWHT_UNROLL
+        for (int t = 0; t < R * N / 2; ++t) {
+            const int st = 1 << (t / (N / 2));  // stage stride, in vectors
+            const int q = t % (N / 2);          // butterfly within the stage
+            const int lo = (q / st) * 2 * st + q % st;
+            const V a = v[lo], b = v[lo + st];
+            v[lo] = vadd(a, b);
+            v[lo + st] = bsub(a, b);
+        }
+    }
+
     // Stages h = 1 .. L/2 in register and then h = L .. 2^(R-1) L across each run of 2^R
     // consecutive vectors, in one pass (len a multiple of 2^R L): the operations of
     // vec_inreg then vec_radix<R> at h = L, with one load and one store per vector.
@@ -162,15 +178,7 @@ struct FwhtKernels {
             F v[N];
             DPREC_FWHT_UNROLL
             for (int k = 0; k < N; ++k) v[k] = S::fwht_lanes(S::loadf(x + i + k * L));
-            DPREC_FWHT_UNROLL
-            for (int t = 0; t < R * N / 2; ++t) {
-                const int st = 1 << (t / (N / 2));
-                const int q = t % (N / 2);
-                const int lo = (q / st) * 2 * st + q % st;
-                const F a = v[lo], b = v[lo + st];
-                v[lo] = vadd(a, b);
-                v[lo + st] = bsub(a, b);
-            }
+            butterflies<R>(v);
             DPREC_FWHT_UNROLL
             for (int k = 0; k < N; ++k) S::storeu(x + i + k * L, v[k]);
         }
@@ -188,15 +196,7 @@ struct FwhtKernels {
             Vec<T> v[N];
             DPREC_FWHT_UNROLL
             for (int k = 0; k < N; ++k) v[k] = vload(p + j + k * h);
-            DPREC_FWHT_UNROLL
-            for (int t = 0; t < R * N / 2; ++t) {
-                const int st = 1 << (t / (N / 2));  // stage stride, in vectors
-                const int q = t % (N / 2);          // butterfly within the stage
-                const int lo = (q / st) * 2 * st + q % st;
-                const Vec<T> a = v[lo], b = v[lo + st];
-                v[lo] = vadd(a, b);
-                v[lo + st] = bsub(a, b);
-            }
+            butterflies<R>(v);
             DPREC_FWHT_UNROLL
             for (int k = 0; k < N; ++k) vstore(p + j + k * h, Scaled ? vmul(v[k], vs) : v[k]);
         }
