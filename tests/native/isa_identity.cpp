@@ -560,7 +560,7 @@ void check_sketch_fused_type(const KernelTable& b, const KernelTable& t) {
     const char* tn = sizeof(T) == 4 ? "f32" : "f64";
     const uint64_t lanes = static_cast<uint64_t>(t.lanes);
     for (uint64_t cols : {uint64_t(1), uint64_t(7), uint64_t(4099), uint64_t(65536), uint64_t(65537)})
-        for (uint64_t groups : {uint64_t(1), uint64_t(3)})
+        for (uint64_t groups : {uint64_t(1), uint64_t(2), uint64_t(3)})
             for (uint32_t block0 : {0u, 16u, 0x7ffffff0u}) {
                 const uint64_t n = 4 * lanes * groups, seed = 0x9e3779b97f4a7c15ull ^ cols;
                 const uint32_t r = static_cast<uint32_t>(cols % 5), group = 3;
