@@ -463,6 +463,32 @@ def test_sketch_mean_decode_adds_rows_in_order_in_float64_at_any_chunk(dtype, rn
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("median", [False, True])
+def test_sketch_decode_every_isa_and_thread_count_bit_identical(isa, threads, dtype, median):
+    """Each ISA's decode (on AVX-512 the fused Philox-and-load kernel, which the median takes
+    in lane order by adding each cell to -0.0) gives the baseline's bits: sizes with whole
+    groups of 64 elements and tails, odd and even rows on both sides of the sorting network's
+    limit, and sparse tables whose empty cells read as +-0.0 (so zero medians keep their sign)."""
+    import dprec
+
+    rng = np.random.default_rng(31)
+    for rows, cols, dim in [(1, 64, 64), (2, 257, 1000), (5, 1 << 12, 4096 + 68), (15, 4099, 9000), (32, 64, 2048 + 3),
+                            (33, 17, 700)]:
+        table = rng.standard_normal((rows, cols)).astype(dtype)
+        table[:, rng.random(cols) < 0.5] = 0.0  # empty cells: +0.0, read with sign -1 as -0.0
+        dprec.runtime.set_isa("baseline")
+        threads(1)
+        want = decode(table, dim, 77, 5, rows, cols, median, float(rows))
+        dprec.runtime.set_isa(isa)
+        for n in (1, 2):
+            threads(n)
+            got = decode(table, dim, 77, 5, rows, cols, median, float(rows))
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (rows, cols, dim, n)
+        if median:
+            assert np.signbit(want[want == 0]).any() or rows % 2 == 0, "no -0.0 median: the case is not exercised"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fwht_isa_follows_the_choice_and_auto_gives_the_same_bits(dtype, isa, threads):
     """A chosen ISA runs the FWHT itself; under "auto" the fastest SIMD table on a timed probe
     does (a speed choice only: the bits equal the baseline's)."""

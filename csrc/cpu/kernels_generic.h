@@ -320,30 +320,47 @@ struct GenericKernels {
         else return static_cast<Fn>(nullptr);
     }
 
+    // Column blocks of kSortBlock go through every pass while their rows are in the L1d (the
+    // median decode's rows x n values, up to 256 KiB, would otherwise stream through the L2
+    // once per pass). The compare-exchanges are the ISA's vector min / max (or select), so
+    // that GCC cannot make them the masked stores it chose for the plain loop, skipped by a
+    // branch when no lane swaps, which random data mispredicts.
+    static constexpr uint64_t kSortBlock = 64;  // 16 KiB for the median decode's 32 rows
     static void sort_columns_f64(double* values, uint32_t rows, uint64_t n) {
-        for (uint32_t pass = 0; pass < rows; ++pass)
-            for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
-                double* __restrict lo = values + static_cast<uint64_t>(a) * n;
-                double* __restrict hi = lo + n;
-                uint64_t i = 0;
+        for (uint64_t i0 = 0; i0 < n; i0 += kSortBlock) {
+            const uint64_t w = std::min(kSortBlock, n - i0);
+            for (uint32_t pass = 0; pass < rows; ++pass)
+                for (uint32_t a = pass & 1; a + 1 < rows; a += 2) {
+                    double* __restrict lo = values + static_cast<uint64_t>(a) * n + i0;
+                    double* __restrict hi = lo + n;
+                    uint64_t i = 0;
+                    if constexpr (S::kLanesD > 1) {
+                        for (; i + S::kLanesD <= w; i += S::kLanesD) {
+                            typename S::D l, h;
+                            S::compare_exchange(S::loadd(lo + i), S::loadd(hi + i), &l, &h);
+                            S::stored(lo + i, l);
+                            S::stored(hi + i, h);
+                        }
+                    }
 #if defined(__SSE2__)
-                if constexpr (L == 1) {  // the baseline build: GCC leaves the loop below scalar
-                    for (; i + 2 <= n; i += 2) {
-                        const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
-                        _mm_storeu_pd(lo + i, _mm_min_pd(q, p));  // q < p ? q : p
-                        // p > q ? p : q: q on a tie, like the loop below, so that a +0/-0
-                        // pair keeps both zeros (max(q, p) would keep p twice).
-                        _mm_storeu_pd(hi + i, _mm_max_pd(p, q));
+                    if constexpr (L == 1) {  // the baseline build: GCC leaves the loop below scalar
+                        for (; i + 2 <= w; i += 2) {
+                            const __m128d p = _mm_loadu_pd(lo + i), q = _mm_loadu_pd(hi + i);
+                            _mm_storeu_pd(lo + i, _mm_min_pd(q, p));  // q < p ? q : p
+                            // p > q ? p : q: q on a tie, like the loop below, so that a +0/-0
+                            // pair keeps both zeros (max(q, p) would keep p twice).
+                            _mm_storeu_pd(hi + i, _mm_max_pd(p, q));
+                        }
+                    }
+#endif
+                    for (; i < w; ++i) {
+                        const double p = lo[i], q = hi[i];
+                        const bool swap = q < p;
+                        lo[i] = swap ? q : p;
+                        hi[i] = swap ? p : q;
                     }
                 }
-#endif
-                for (; i < n; ++i) {
-                    const double p = lo[i], q = hi[i];
-                    const bool swap = q < p;
-                    lo[i] = swap ? q : p;
-                    hi[i] = swap ? p : q;
-                }
-            }
+        }
     }
 
     // A value is NaN or infinite exactly when its exponent bits are all ones. Testing the

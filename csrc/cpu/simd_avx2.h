@@ -78,6 +78,13 @@ struct SimdAvx2 {
     static D addd(D a, D b) { return _mm256_add_pd(a, b); }
     static D subd(D a, D b) { return _mm256_sub_pd(a, b); }
     static D muld(D a, D b) { return _mm256_mul_pd(a, b); }
+    // Compare-exchange of the median's sorting network (kernel_table.h, sort_columns_f64),
+    // branch-free: lo = q < p ? q : p (minpd returns its second operand unless the first is
+    // less) and hi = q < p ? p : q (maxpd likewise), so ties and NaN keep both values.
+    static void compare_exchange(D p, D q, D* lo, D* hi) {
+        *lo = _mm256_min_pd(q, p);
+        *hi = _mm256_max_pd(p, q);
+    }
     // a - b as fma(a, 1, -b), rounded once like a - b, on the FMA units (hadamard_kernels_generic.h).
     static F fwht_subf(F a, F b) { return _mm256_fmsub_ps(a, _mm256_set1_ps(1.0f), b); }
     static D fwht_subd(D a, D b) { return _mm256_fmsub_pd(a, _mm256_set1_pd(1.0), b); }

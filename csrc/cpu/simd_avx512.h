@@ -366,6 +366,13 @@ struct SimdAvx512 {
     static D addd(D a, D b) { return _mm512_add_pd(a, b); }
     static D subd(D a, D b) { return _mm512_sub_pd(a, b); }
     static D muld(D a, D b) { return _mm512_mul_pd(a, b); }
+    // Compare-exchange of the median's sorting network (kernel_table.h, sort_columns_f64),
+    // branch-free: lo = q < p ? q : p (minpd returns its second operand unless the first is
+    // less) and hi = q < p ? p : q (maxpd likewise), so ties and NaN keep both values.
+    static void compare_exchange(D p, D q, D* lo, D* hi) {
+        *lo = _mm512_min_pd(q, p);
+        *hi = _mm512_max_pd(p, q);
+    }
     static F fwht_subf(F a, F b) { return _mm512_fmsub_ps(a, _mm512_set1_ps(1.0f), b); }  // as simd_avx2.h
     static D fwht_subd(D a, D b) { return _mm512_fmsub_pd(a, _mm512_set1_pd(1.0), b); }
     // Each stage one permute and one fma(v, +-1, w), as in simd_avx2.h.

@@ -100,6 +100,14 @@ struct SimdNeon {
     static D addd(D a, D b) { return vaddq_f64(a, b); }
     static D subd(D a, D b) { return vsubq_f64(a, b); }
     static D muld(D a, D b) { return vmulq_f64(a, b); }
+    // Compare-exchange of the median's sorting network (kernel_table.h, sort_columns_f64),
+    // branch-free: lo = q < p ? q : p, hi = q < p ? p : q (a select: vminq/vmaxq order
+    // signed zeros and propagate NaN, which the network must not).
+    static void compare_exchange(D p, D q, D* lo, D* hi) {
+        const uint64x2_t swap = vcltq_f64(q, p);
+        *lo = vbslq_f64(swap, q, p);
+        *hi = vbslq_f64(swap, p, q);
+    }
     // Butterfly differences as plain subtractions: on Arm cores the FMA units are the adders.
     static F fwht_subf(F a, F b) { return vsubq_f32(a, b); }
     static D fwht_subd(D a, D b) { return vsubq_f64(a, b); }

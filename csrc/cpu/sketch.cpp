@@ -324,7 +324,11 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
                          bool median, double median_scale, T* out) {
     const KernelTable& k = kernels();
     uint64_t chunk = mean_decode_chunk(dim);
-    if (median) chunk = std::max<uint64_t>(4, std::min(kDecodeChunk, (kDecodeMaxValues / rows) & ~uint64_t(3)));
+    if (median) {
+        // Whole groups of the fused kernel where rows allow (64 elements on AVX-512).
+        const uint64_t by_values = kDecodeMaxValues / rows;
+        chunk = std::max<uint64_t>(4, std::min(kDecodeChunk, by_values & ~uint64_t(by_values >= 64 ? 63 : 3)));
+    }
     const uint64_t n_items = ceil_div(dim, chunk);
     parallel_for(static_cast<size_t>(n_items), [&](size_t item) {
         const uint64_t j0 = item * chunk;
@@ -358,14 +362,34 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             return;
         }
         // values[r * n + i]: row-major, so the small-rows sort runs over contiguous vectors.
+        // Where the ISA has a fused kernel, the whole vectors of blocks come from it in lane
+        // order: it adds each signed cell to -0.0, which gives the cell's own bits (x + -0.0
+        // is x for every x, +0.0 and -0.0 included), and the columns are only permuted back
+        // when the medians are written.
         std::vector<double> values(static_cast<size_t>(n * rows));
+        const auto fused = cols <= (uint64_t(1) << 31) ? fused_gather(k, table) : nullptr;
+        const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
+        const uint64_t n_fused = fused ? n / group_elements * group_elements : 0;
         for (uint32_t r = 0; r < rows; ++r) {
-            words(k, seed, r, group, kDomainSketchBucket, j0, n, hb.data());
-            words(k, seed, r, group, kDomainSketchSign, j0, n, sb.data());
             const T* t = table + static_cast<uint64_t>(r) * cols;
             double* dst = values.data() + static_cast<uint64_t>(r) * n;
-            for (uint64_t i = 0; i < n; ++i) dst[i] = with_sign(static_cast<double>(t[bucket_of(hb[i], cols)]), sb[i]);
+            if (n_fused > 0) {
+                std::fill(dst, dst + n_fused, -0.0);
+                fused(t, cols, seed, r, group, static_cast<uint32_t>(j0 >> 2), static_cast<size_t>(n_fused / 4), dst);
+            }
+            if (n_fused < n) {
+                words(k, seed, r, group, kDomainSketchBucket, j0 + n_fused, n - n_fused, hb.data());
+                words(k, seed, r, group, kDomainSketchSign, j0 + n_fused, n - n_fused, sb.data());
+                for (uint64_t i = n_fused; i < n; ++i)
+                    dst[i] = with_sign(static_cast<double>(t[bucket_of(hb[i - n_fused], cols)]), sb[i - n_fused]);
+            }
         }
+        // Output element of column i: lane order up to n_fused, element order after.
+        auto element_of = [&](uint64_t i) {
+            if (i >= n_fused) return i;
+            const uint64_t c = i / group_elements * group_elements, e = i - c;
+            return c + 4 * (e % lanes) + e / lanes;
+        };
         const uint64_t half = rows / 2;
         if (rows <= kSortNetworkRows) {
             // Odd-even transposition sort of every element's rows at once: branch-free
@@ -373,11 +397,11 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             k.sort_columns_f64(values.data(), rows, n);
             const double* mid = values.data() + half * n;
             if (rows % 2) {
-                for (uint64_t i = 0; i < n; ++i) out[j0 + i] = static_cast<T>(mid[i] * median_scale);
+                for (uint64_t i = 0; i < n; ++i) out[j0 + element_of(i)] = static_cast<T>(mid[i] * median_scale);
             } else {
                 const double* below = mid - n;
                 for (uint64_t i = 0; i < n; ++i)
-                    out[j0 + i] = static_cast<T>(0.5 * (below[i] + mid[i]) * median_scale);
+                    out[j0 + element_of(i)] = static_cast<T>(0.5 * (below[i] + mid[i]) * median_scale);
             }
             return;
         }
@@ -387,7 +411,7 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             std::nth_element(v.begin(), v.begin() + half, v.end());
             double med = v[half];
             if (rows % 2 == 0) med = 0.5 * (*std::max_element(v.begin(), v.begin() + half) + med);
-            out[j0 + i] = static_cast<T>(med * median_scale);
+            out[j0 + element_of(i)] = static_cast<T>(med * median_scale);
         }
     });
 }
