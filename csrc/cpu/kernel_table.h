@@ -103,6 +103,13 @@ struct KernelTable {
                                      uint32_t block0, size_t nblocks, double* acc);
     void (*sketch_gather_philox_f64)(const double* row, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
                                      uint32_t block0, size_t nblocks, double* acc);
+    // The whole encode of those blocks into row r, or null where the ISA has no such kernel:
+    // sketch_addends_philox's buckets and addends, added to row[bucket] in increasing
+    // element order (the same bits as the scatter of sketch_addends' output).
+    void (*sketch_scatter_philox_f32)(const float* x, float s, uint64_t cols, uint64_t seed, uint32_t r,
+                                      uint32_t group, uint32_t block0, size_t nblocks, float* row);
+    void (*sketch_scatter_philox_f64)(const double* x, double s, uint64_t cols, uint64_t seed, uint32_t r,
+                                      uint32_t group, uint32_t block0, size_t nblocks, double* row);
     // Sorts each column of the rows x n row-major `values` (rows small), ascending: an
     // odd-even transposition network of compare-exchanges lo = q < p ? q : p,
     // hi = q < p ? p : q, which keeps both signed zeros.

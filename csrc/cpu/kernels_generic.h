@@ -305,12 +305,19 @@ struct GenericKernels {
         }
     }
 
-    // The ISA's fused count-sketch kernels (S::sketch_addends_philox, S::sketch_gather_philox),
+    // The ISA's fused count-sketch kernels (S::sketch_addends_philox, S::sketch_scatter_philox,
+    // S::sketch_gather_philox),
     // or null where it has none (S::kHasFusedSketch).
     template <class T>
     static auto sketch_addends_philox() {
         using Fn = void (*)(const T*, T, uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, size_t, uint32_t*, T*);
         if constexpr (S::kHasFusedSketch) return static_cast<Fn>(&S::template sketch_addends_philox<T>);
+        else return static_cast<Fn>(nullptr);
+    }
+    template <class T>
+    static auto sketch_scatter_philox() {
+        using Fn = void (*)(const T*, T, uint64_t, uint64_t, uint32_t, uint32_t, uint32_t, size_t, T*);
+        if constexpr (S::kHasFusedSketch) return static_cast<Fn>(&S::template sketch_scatter_philox<T>);
         else return static_cast<Fn>(nullptr);
     }
     template <class T>
@@ -653,6 +660,7 @@ struct GenericKernels {
                                                  &sketch_gather<float>,      &sketch_gather<double>,
                                                  sketch_addends_philox<float>(), sketch_addends_philox<double>(),
                                                  sketch_gather_philox<float>(), sketch_gather_philox<double>(),
+                                                 sketch_scatter_philox<float>(), sketch_scatter_philox<double>(),
                                                  &sort_columns_f64,
                                                  &all_finite<float>,         &all_finite<double>,
                                                  &discrete_gaussian,         &skellam,

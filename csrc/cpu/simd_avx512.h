@@ -309,6 +309,33 @@ struct SimdAvx512 {
         }
     }
 
+    // Count-sketch encode of one row, fused (kernel_table.h, sketch_scatter_philox): the
+    // buckets and addends of each group of 16 blocks from sketch_addends_philox, and the
+    // row's cells updated with those of the group before, read back in element order, as
+    // the decode's stages (sketch_gather_philox): the scatter's cache misses then overlap the
+    // next group's Philox, where a tile of groups at a time ran the two one after the other
+    // (on a Zen 4, 7-8% less time for the kernel).
+    template <class T>
+    static void sketch_scatter_philox(const T* x, T s, uint64_t cols, uint64_t seed, uint32_t r, uint32_t group,
+                                      uint32_t block0, size_t nblocks, T* row) {
+        constexpr int kGroup = 4 * kLanes;
+        alignas(64) uint32_t idx[2][kGroup];
+        alignas(64) T val[2][kGroup];
+        const size_t n_groups = nblocks / kLanes;
+        if (n_groups == 0) return;
+        sketch_addends_philox<T>(x, s, cols, seed, r, group, block0, kLanes, idx[0], val[0]);
+        for (size_t g = 0; g < n_groups; ++g) {
+            if (g + 1 < n_groups)
+                sketch_addends_philox<T>(x + (g + 1) * kGroup, s, cols, seed, r, group,
+                                         block0 + static_cast<uint32_t>((g + 1) * kLanes), kLanes, idx[(g + 1) % 2],
+                                         val[(g + 1) % 2]);
+            const uint32_t* ig = idx[g % 2];
+            const T* vg = val[g % 2];
+            for (int l = 0; l < kLanes; ++l)
+                for (int j = 0; j < 4; ++j) row[ig[j * kLanes + l]] += vg[j * kLanes + l];
+        }
+    }
+
     static U set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }
     static U iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
     static U add(U a, U b) { return _mm512_add_epi32(a, b); }

@@ -115,6 +115,8 @@ struct alignas(64) EncodeOwner {
 
 inline auto fused_addends(const KernelTable& k, const float*) { return k.sketch_addends_philox_f32; }
 inline auto fused_addends(const KernelTable& k, const double*) { return k.sketch_addends_philox_f64; }
+inline auto fused_scatter(const KernelTable& k, const float*) { return k.sketch_scatter_philox_f32; }
+inline auto fused_scatter(const KernelTable& k, const double*) { return k.sketch_scatter_philox_f64; }
 inline auto fused_gather(const KernelTable& k, const float*) { return k.sketch_gather_philox_f32; }
 inline auto fused_gather(const KernelTable& k, const double*) { return k.sketch_gather_philox_f64; }
 
@@ -171,15 +173,34 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
         for (uint64_t i = nf; i < n; ++i) t[idx[i]] += val[i];
     };
 
-    // Elements [j0, j1) of rows [r0, r1), tile by tile, scattered as they are computed.
+    // Elements [j0, j1) of rows [r0, r1), tile by tile, scattered as they are computed (the
+    // whole vectors of blocks by the ISA's fused kernel where it has one).
+    const auto fused_encode = fused_scatter(k, x);
     auto encode_direct = [&](uint64_t r0, uint64_t r1, uint64_t j0, uint64_t j1) {
         alignas(64) uint32_t hb[kMaxWordTile], sb[kMaxWordTile], idx[kMaxWordTile];
         alignas(64) T val[kMaxWordTile];
-        for (uint64_t a = j0; a < j1; a += tile) {
-            const uint64_t n = std::min(tile, j1 - a);
+        // The fused kernel keeps no tile of words, so it takes longer runs of x (fewer restarts
+        // of its pipeline); what it leaves is less than a vector of blocks.
+        const uint64_t step = fused_encode ? kMaxWordTile : tile;
+        for (uint64_t a = j0; a < j1; a += step) {
+            const uint64_t n = std::min(step, j1 - a);
             for (uint64_t r = r0; r < r1; ++r) {
+                T* t = table + r * cols;
+                if (fused_encode) {
+                    const uint64_t nf = lane_order_prefix(n);
+                    if (nf > 0)
+                        fused_encode(x + a, s, cols, seed, static_cast<uint32_t>(r), group,
+                                     static_cast<uint32_t>(a >> 2), static_cast<size_t>(nf / 4), t);
+                    if (nf < n) {
+                        words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, a + nf, n - nf, hb);
+                        words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, a + nf, n - nf, sb);
+                        addends(k, hb, sb, x + a + nf, s, cols, static_cast<size_t>(n - nf), idx, val);
+                        scatter(t, idx, val, 0, n - nf);
+                    }
+                    continue;
+                }
                 const uint64_t nf = row_addends(r, a, n, hb, sb, idx, val);
-                scatter(table + r * cols, idx, val, nf, n);  // what is left is the scatter, in order
+                scatter(t, idx, val, nf, n);  // what is left is the scatter, in order
             }
         }
     };

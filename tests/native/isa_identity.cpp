@@ -44,7 +44,7 @@ using dprec::cpu::KernelTable;
 using dprec::cpu::QmgeoParams;
 
 // Every entry of KernelTable is exercised below; a new entry must be added here too.
-static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 28 * sizeof(void (*)()),
+static_assert(sizeof(KernelTable) == offsetof(KernelTable, philox_words) + 30 * sizeof(void (*)()),
               "KernelTable changed: test the new entries in tests/native/isa_identity.cpp");
 
 namespace {
@@ -543,6 +543,45 @@ void check_sketch_fused_addends_type(const KernelTable& b, const KernelTable& t)
                 }
 }
 
+// The fused encode into a row, where an ISA has one: the baseline's words, addends and an
+// element-order scatter of the same elements into the same starting row, bit for bit
+// (repeated buckets in a narrow row make the order of the additions show).
+template <class T>
+void check_sketch_fused_scatter_type(const KernelTable& b, const KernelTable& t) {
+    const auto fused = [&]() {
+        if constexpr (sizeof(T) == 4) return t.sketch_scatter_philox_f32;
+        else return t.sketch_scatter_philox_f64;
+    }();
+    const bool base_has =
+        sizeof(T) == 4 ? b.sketch_scatter_philox_f32 != nullptr : b.sketch_scatter_philox_f64 != nullptr;
+    expect(!base_has, b.name, "the baseline has no fused sketch scatter");
+    if (!fused) return;
+    const char* tn = sizeof(T) == 4 ? "f32" : "f64";
+    const uint64_t lanes = static_cast<uint64_t>(t.lanes);
+    for (uint64_t cols : {uint64_t(1), uint64_t(7), uint64_t(4099), uint64_t(65536)})
+        for (uint64_t groups : {uint64_t(1), uint64_t(2), uint64_t(5)})
+            for (uint32_t block0 : {0u, 16u, 0x7ffffff0u})
+                for (T s : {T(1), T(0.2), T(-1.5)}) {
+                    const uint64_t n = 4 * lanes * groups, seed = 0x452821e638d01377ull ^ cols;
+                    const uint32_t r = static_cast<uint32_t>(cols % 3), group = 9;
+                    const std::vector<T> x = values<T>(n, 1500 + n + block0 % 89, Fill::kFinite);
+                    std::vector<uint32_t> hw(n), sw(n), idx(n);
+                    std::vector<T> val(n);
+                    b.philox_words(StreamId{seed, r, group, dprec::kDomainSketchBucket}, block0, n / 4, hw.data());
+                    b.philox_words(StreamId{seed, r, group, dprec::kDomainSketchSign}, block0, n / 4, sw.data());
+                    if constexpr (sizeof(T) == 4)
+                        b.sketch_addends_f32(hw.data(), sw.data(), x.data(), s, cols, n, idx.data(), val.data());
+                    else b.sketch_addends_f64(hw.data(), sw.data(), x.data(), s, cols, n, idx.data(), val.data());
+                    std::vector<T> want = values<T>(cols, 1600 + cols, Fill::kFinite), got = want;
+                    for (uint64_t i = 0; i < n; ++i) want[idx[i]] += val[i];
+                    fused(x.data(), s, cols, seed, r, group, block0, n / 4, got.data());
+                    expect_same(t.name,
+                                fmt("sketch_scatter_philox_%s(cols=%" PRIu64 ", blocks=%" PRIu64 ", block0=%u, s=%a)",
+                                    tn, cols, n / 4, block0, static_cast<double>(s)),
+                                want.data(), got.data(), cols);
+                }
+}
+
 // The fused mean decode, where an ISA has one: the baseline's words and gather of the same
 // elements, read back from lane order, bit for bit (and the baseline has none: it is the
 // reference). Seeds with both 32-bit halves set, a group, rows past 0, odd column counts
@@ -1038,6 +1077,8 @@ int main(int argc, char** argv) {
         check_sketch_fused_type<float>(base, *t);
         check_sketch_fused_addends_type<float>(base, *t);
         check_sketch_fused_addends_type<double>(base, *t);
+        check_sketch_fused_scatter_type<float>(base, *t);
+        check_sketch_fused_scatter_type<double>(base, *t);
         check_sketch_fused_type<double>(base, *t);
         check_sort(base, *t);
         check_finite(base, *t);
