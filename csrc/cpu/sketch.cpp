@@ -191,10 +191,8 @@ void count_sketch_encode(const T* x, uint64_t dim, uint64_t seed, uint32_t group
                     if (nf > 0)
                         fused_encode(x + a, s, cols, seed, static_cast<uint32_t>(r), group,
                                      static_cast<uint32_t>(a >> 2), static_cast<size_t>(nf / 4), t);
-                    if (nf < n) {
-                        words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchBucket, a + nf, n - nf, hb);
-                        words(k, seed, static_cast<uint32_t>(r), group, kDomainSketchSign, a + nf, n - nf, sb);
-                        addends(k, hb, sb, x + a + nf, s, cols, static_cast<size_t>(n - nf), idx, val);
+                    if (nf < n) {  // less than a vector of blocks: all in element order
+                        row_addends(r, a + nf, n - nf, hb, sb, idx, val);
                         scatter(t, idx, val, 0, n - nf);
                     }
                     continue;
@@ -356,13 +354,14 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
         const uint64_t n = std::min(chunk, dim - j0);
         const uint64_t tile = std::min(n, kDecodeChunk);
         std::vector<uint32_t> hb(static_cast<size_t>(ceil_div(tile, 4) * 4)), sb(hb.size());
+        // Where the ISA has a fused kernel, the whole vectors of blocks go through it (in lane
+        // order), the rest through words.
+        const auto fused = cols <= (uint64_t(1) << 31) ? fused_gather(k, table) : nullptr;
+        const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
+        const uint64_t n_fused = fused ? n / group_elements * group_elements : 0;
         if (!median) {
             // Row by row, each row's elements tile by tile: every element still adds its rows
-            // in increasing order, whatever the chunk. Where the ISA has a fused kernel, the
-            // whole vectors of blocks go through it (sums in lane order), the rest through words.
-            const auto fused = cols <= (uint64_t(1) << 31) ? fused_gather(k, table) : nullptr;
-            const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
-            const uint64_t n_fused = fused ? n / group_elements * group_elements : 0;
+            // in increasing order, whatever the chunk.
             std::vector<double> acc(static_cast<size_t>(n), 0.0);
             for (uint32_t r = 0; r < rows; ++r) {
                 const T* row = table + static_cast<uint64_t>(r) * cols;
@@ -383,19 +382,14 @@ void count_sketch_decode(const T* table, uint64_t dim, uint64_t seed, uint32_t g
             return;
         }
         // values[r * n + i]: row-major, so the small-rows sort runs over contiguous vectors.
-        // Where the ISA has a fused kernel, the whole vectors of blocks come from it in lane
-        // order: it adds each signed cell to -0.0, which gives the cell's own bits (x + -0.0
-        // is x for every x, +0.0 and -0.0 included), and the columns are only permuted back
-        // when the medians are written.
-        std::vector<double> values(static_cast<size_t>(n * rows));
-        const auto fused = cols <= (uint64_t(1) << 31) ? fused_gather(k, table) : nullptr;
-        const uint64_t lanes = static_cast<uint64_t>(k.lanes), group_elements = 4 * lanes;
-        const uint64_t n_fused = fused ? n / group_elements * group_elements : 0;
+        // The fused kernel adds each signed cell to its value, all -0.0 to start with: that
+        // gives the cell's own bits (x + -0.0 is x for every x, +0.0 and -0.0 included). Its
+        // columns are in lane order, permuted back only when the medians are written.
+        std::vector<double> values(static_cast<size_t>(n * rows), -0.0);
         for (uint32_t r = 0; r < rows; ++r) {
             const T* t = table + static_cast<uint64_t>(r) * cols;
             double* dst = values.data() + static_cast<uint64_t>(r) * n;
             if (n_fused > 0) {
-                std::fill(dst, dst + n_fused, -0.0);
                 fused(t, cols, seed, r, group, static_cast<uint32_t>(j0 >> 2), static_cast<size_t>(n_fused / 4), dst);
             }
             if (n_fused < n) {

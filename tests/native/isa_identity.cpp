@@ -497,17 +497,20 @@ void check_sketch_type(const KernelTable& b, const KernelTable& t) {
     }
 }
 
+// A kernel-table entry of T's precision: the float32 or the float64 one.
+template <class T, class F32, class F64>
+auto of_dtype(F32 f32, F64 f64) {
+    if constexpr (sizeof(T) == 4) return f32;
+    else return f64;
+}
+
 // The fused encode addends, where an ISA has one: the baseline's words and addends of the
 // same elements, read back from lane order, bit for bit; x from the special values too (NaN,
 // infinities, signed zeros, subnormals), scales as in check_sketch_type.
 template <class T>
 void check_sketch_fused_addends_type(const KernelTable& b, const KernelTable& t) {
-    const auto fused = [&]() {
-        if constexpr (sizeof(T) == 4) return t.sketch_addends_philox_f32;
-        else return t.sketch_addends_philox_f64;
-    }();
-    const bool base_has =
-        sizeof(T) == 4 ? b.sketch_addends_philox_f32 != nullptr : b.sketch_addends_philox_f64 != nullptr;
+    const auto fused = of_dtype<T>(t.sketch_addends_philox_f32, t.sketch_addends_philox_f64);
+    const bool base_has = of_dtype<T>(b.sketch_addends_philox_f32, b.sketch_addends_philox_f64) != nullptr;
     expect(!base_has, b.name, "the baseline has no fused sketch addends");
     if (!fused) return;
     const char* tn = sizeof(T) == 4 ? "f32" : "f64";
@@ -548,12 +551,8 @@ void check_sketch_fused_addends_type(const KernelTable& b, const KernelTable& t)
 // (repeated buckets in a narrow row make the order of the additions show).
 template <class T>
 void check_sketch_fused_scatter_type(const KernelTable& b, const KernelTable& t) {
-    const auto fused = [&]() {
-        if constexpr (sizeof(T) == 4) return t.sketch_scatter_philox_f32;
-        else return t.sketch_scatter_philox_f64;
-    }();
-    const bool base_has =
-        sizeof(T) == 4 ? b.sketch_scatter_philox_f32 != nullptr : b.sketch_scatter_philox_f64 != nullptr;
+    const auto fused = of_dtype<T>(t.sketch_scatter_philox_f32, t.sketch_scatter_philox_f64);
+    const bool base_has = of_dtype<T>(b.sketch_scatter_philox_f32, b.sketch_scatter_philox_f64) != nullptr;
     expect(!base_has, b.name, "the baseline has no fused sketch scatter");
     if (!fused) return;
     const char* tn = sizeof(T) == 4 ? "f32" : "f64";
@@ -589,11 +588,8 @@ void check_sketch_fused_scatter_type(const KernelTable& b, const KernelTable& t)
 // check_sketch_type tests with 2^32 - 1 columns; a row that long is too big to allocate here.)
 template <class T>
 void check_sketch_fused_type(const KernelTable& b, const KernelTable& t) {
-    const auto fused = [&]() {
-        if constexpr (sizeof(T) == 4) return t.sketch_gather_philox_f32;
-        else return t.sketch_gather_philox_f64;
-    }();
-    const bool base_has = sizeof(T) == 4 ? b.sketch_gather_philox_f32 != nullptr : b.sketch_gather_philox_f64 != nullptr;
+    const auto fused = of_dtype<T>(t.sketch_gather_philox_f32, t.sketch_gather_philox_f64);
+    const bool base_has = of_dtype<T>(b.sketch_gather_philox_f32, b.sketch_gather_philox_f64) != nullptr;
     expect(!base_has, b.name, "the baseline has no fused sketch gather");
     if (!fused) return;
     const char* tn = sizeof(T) == 4 ? "f32" : "f64";
