@@ -43,10 +43,12 @@ def test_dprec_events_reproduce_the_dprec_accountant():
     n, t, b, c = 100, 1000, 10, 0.545
     delta = n**-1.1
     for reverse, bits in (("bound", None), ("exact", None), ("bound", 40)):
-        acc = Accountant(orders=np.arange(2, 258))
+        # The paper's Algorithm 7 has no threat model: Accountant(threat_model=None).
+        acc = Accountant(threat_model=None, relation=None, orders=np.arange(2, 258))
         for _ in range(10):  # rounds composed in ten chunks
-            acc.compose(DPRECEvent(clip_multiplier=c, sampling_rate=1 / n, bits=bits, reverse=reverse), count=t * b // 10)
-        direct = dprec_epsilon(rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=bits, reverse=reverse)
+            acc.compose(DPRECEvent(clip_multiplier=c, sampling_rate=1 / n, bits=bits, reverse=reverse, method="paper"), count=t * b // 10)
+        direct = dprec_epsilon(rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=bits, reverse=reverse,
+                               method="paper")
         eps, order = acc.get_epsilon_and_optimal_order(delta)
         assert eps == pytest.approx(direct.epsilon, rel=1e-12)
         assert order == direct.order
@@ -55,8 +57,8 @@ def test_dprec_events_reproduce_the_dprec_accountant():
 
 def test_dprec_composes_with_gaussian_steps():
     orders = DEFAULT_ORDERS
-    acc = Accountant(orders=orders)
-    dprec = DPRECEvent(clip_multiplier=1.0, sampling_rate=0.01, bits=48)
+    acc = Accountant(threat_model=None, orders=orders)
+    dprec = DPRECEvent(clip_multiplier=1.0, sampling_rate=0.01, bits=48, method="paper")
     acc.compose(dprec, count=500).compose(SampledGaussianEvent(0.02, 1.2), count=300)
     integer = orders == np.floor(orders)
     # Fractional orders drop out (eq. 62 is defined at integer orders only).
@@ -93,7 +95,8 @@ def test_generic_rdp_event_and_history():
 
 
 def test_overhead_larger_than_delta_fails_clearly():
-    acc = Accountant(orders=np.arange(2, 40)).compose(DPRECEvent(1.227, 1 / 342_477, bits=42), count=90_000)
+    acc = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
+    acc.compose(DPRECEvent(1.227, 1 / 342_477, bits=42), count=90_000)
     with pytest.raises(ValueError, match="overhead"):
         acc.get_epsilon(342_477**-1.1)
     assert acc.get_delta(100.0) == pytest.approx(dprec_overhead(90_000, 1.227, 42), rel=1e-6)

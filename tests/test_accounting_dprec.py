@@ -28,11 +28,12 @@ PAPER_SETTINGS = [
     ("FEMNIST", 3500, 4000, 100, 1.745, 6.0),
     ("Shakespeare", 660, 200, 66, 1.435, 3.0),
 ]
-SO = dict(rounds=1500, clients_per_round=60, num_clients=342_477, clip_multiplier=1.227)
+SO = dict(rounds=1500, clients_per_round=60, num_clients=342_477, clip_multiplier=1.227, method="paper")
 
 
 def _paper(n, t, b, c, **kw):
-    return dprec_epsilon(rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=n**-1.1, **kw)
+    # The paper's table is Algorithm 7 as printed: method="paper".
+    return dprec_epsilon(rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=n**-1.1, method="paper", **kw)
 
 
 @pytest.mark.parametrize("task, n, t, b, c, stated", PAPER_SETTINGS)
@@ -121,7 +122,7 @@ def test_exact_reverse_large_c_limit_cap_and_chunking(monkeypatch):
     with pytest.raises(ValueError, match="clip_multiplier"):
         dprec_reverse_rdp(100.5, 0.01, [2, 3])
     with pytest.raises(ValueError, match="clip_multiplier"):
-        dprec_epsilon(**dict(BASE, clip_multiplier=1e300), reverse="exact")
+        dprec_epsilon(**dict(BASE, clip_multiplier=1e300), reverse="exact", method="paper")
     assert np.all(np.isinf(dprec_reverse_rdp(1e300, 0.01, [2, 3], reverse="bound")))
     # q = 1 needs no grid: a c^2 / 2 at any c.
     assert dprec_reverse_rdp(1e3, 1.0, [2])[0] == pytest.approx(1e6)
@@ -145,7 +146,7 @@ def test_reverse_is_below_forward_and_grows_with_c():
 
 
 def test_overhead_enters_as_log_of_delta_minus_overhead():
-    kw = dict(rounds=100, clients_per_round=10, num_clients=1000, clip_multiplier=1.0, delta=1e-5)
+    kw = dict(rounds=100, clients_per_round=10, num_clients=1000, clip_multiplier=1.0, delta=1e-5, method="paper")
     free = dprec_epsilon(**kw, bits=None)
     paid = dprec_epsilon(**kw, bits=34)
     assert paid.overhead == pytest.approx(12 * 1000 * math.e / 2**34)
@@ -157,7 +158,8 @@ def test_overhead_enters_as_log_of_delta_minus_overhead():
 
 def test_delta_inverts_epsilon():
     kw = dict(rounds=1000, clients_per_round=10, num_clients=100, clip_multiplier=0.545)
-    for bits in (None, 40):
+    for bits, method in ((None, "paper"), (40, "paper"), (None, "sound"), (40, "sound")):
+        kw["method"] = method
         result = dprec_epsilon(**kw, delta=1e-3, bits=bits)
         delta, order = dprec_delta(**kw, epsilon=result.epsilon, bits=bits)
         assert delta == pytest.approx(1e-3, rel=1e-9)
@@ -166,24 +168,26 @@ def test_delta_inverts_epsilon():
 
 def test_local_guarantee():
     c, delta = 0.545, 1e-5
-    result = dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=None, rounds=3)
+    result = dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=None, rounds=3, method="paper")
     lam = np.arange(1, 257)
     expected = np.min(3 * (lam + 1) * c * c - math.log(delta) / lam)
     assert result.epsilon == pytest.approx(expected, rel=1e-12)
     # Amplification only helps.
-    central = dprec_epsilon(rounds=3, clients_per_round=1, num_clients=100, clip_multiplier=c, delta=delta, bits=None)
+    central = dprec_epsilon(rounds=3, clients_per_round=1, num_clients=100, clip_multiplier=c, delta=delta, bits=None,
+                            method="paper")
     assert central.epsilon < result.epsilon
 
 
 @pytest.mark.parametrize("task, n, t, b, c, stated", PAPER_SETTINGS)
 def test_calibration_finds_c_for_target(task, n, t, b, c, stated):
-    found = dprec_calibrate(target_epsilon=stated, rounds=t, clients_per_round=b, num_clients=n, delta=n**-1.1, bits=None)
+    found = dprec_calibrate(target_epsilon=stated, rounds=t, clients_per_round=b, num_clients=n, delta=n**-1.1, bits=None,
+                            method="paper")
     assert _paper(n, t, b, found, bits=None).epsilon == pytest.approx(stated, rel=1e-8)
     assert found == pytest.approx(c, rel=0.02)  # the paper's c, to its 3 digits and 1.5% in eps
 
 
 def test_calibration_limits():
-    kw = dict(rounds=10, clients_per_round=10, num_clients=100, delta=1e-5, bits=None)
+    kw = dict(rounds=10, clients_per_round=10, num_clients=100, delta=1e-5, bits=None, method="paper")
     with pytest.raises(ValueError, match="target_epsilon"):
         dprec_calibrate(target_epsilon=0.01, **kw)  # below log(1/delta)/256
     # With 32 bits the overhead 12 * 100 exp(c^2) / 2^32 reaches delta at c ~ 1.9.

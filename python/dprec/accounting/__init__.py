@@ -18,6 +18,10 @@ dprec.accounting.dprec_rec
     ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` in either direction, against any observer
     including the server: unlike DP-FedAvg (server-side noise), DP-REC gets no sampled-Gaussian
     amplification from Poisson sampling.
+dprec.accounting.guarantee
+    Threat models (``"central"``, ``"messages"``, ``"server"``), neighbouring relations
+    (``"add_remove"``, ``"zero"``) and the result object :class:`PrivacyGuarantee` (with
+    :class:`LocalGuarantee`) that states whom a guarantee holds against.
 dprec.accounting.accountant
     :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
     Gaussian, DDG, Skellam, QMGeo, any RDP curve) like dp_accounting's ``RdpAccountant`` and
@@ -46,8 +50,9 @@ except ImportError as exc:  # pragma: no cover - scipy is installed wherever the
         "`pip install dprec[accounting]` or `pip install scipy`"
     ) from exc
 
-from . import discrete, dprec_rec, joint_noise, qmgeo
+from . import discrete, dprec_rec, guarantee, joint_noise, qmgeo
 from .accountant import (
+    NOISE_PLACEMENTS,
     Accountant,
     DDGEvent,
     DPRECEvent,
@@ -60,6 +65,7 @@ from .accountant import (
 )
 from .discrete import *  # noqa: F401,F403 - re-exported, listed in __all__ below
 from .dprec_rec import *  # noqa: F401,F403 - re-exported, listed in __all__ below
+from .guarantee import *  # noqa: F401,F403
 from .joint_noise import *  # noqa: F401,F403
 from .qmgeo import *  # noqa: F401,F403
 from .rdp import (
@@ -73,6 +79,7 @@ from .rdp import (
 )
 
 __all__ = [
+    "NOISE_PLACEMENTS",
     "Accountant",
     "CONVERSION_METHODS",
     "DEFAULT_ORDERS",
@@ -90,7 +97,8 @@ __all__ = [
     "QMGeoEvent",
     "SkellamEvent",
     "discrete",
+    "guarantee",
     "joint_noise",
     "qmgeo",
 ]
-__all__ += dprec_rec.__all__ + discrete.__all__ + joint_noise.__all__ + qmgeo.__all__
+__all__ += dprec_rec.__all__ + guarantee.__all__ + discrete.__all__ + joint_noise.__all__ + qmgeo.__all__

@@ -114,7 +114,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -130,10 +130,12 @@ from ._checks import (
     check_positive,
     check_probability,
 )
-from .rdp import sampled_gaussian_rdp
+from .guarantee import RELATIONS, THREAT_MODELS, LocalGuarantee, PrivacyGuarantee, check_relation, check_threat_model
+from .rdp import epsilon_per_order, rdp_to_delta, rdp_to_epsilon, sampled_gaussian_rdp, sampled_gaussian_rdp_without_replacement
 
 __all__ = [
     "DPREC_DEFAULT_ORDERS",
+    "DPREC_METHODS",
     "DPRECAccounting",
     "DPRECPrivacyWarning",
     "DPRECRoundAccountant",
@@ -149,6 +151,7 @@ __all__ = [
     "dprec_min_bits",
     "dprec_overhead",
     "dprec_reverse_rdp",
+    "dprec_step_rdp",
 ]
 
 #: Renyi orders ``a = lambda + 1`` for lambda = 1 .. 256 (Algorithm 7 works with integer lambda).
@@ -158,6 +161,10 @@ REVERSE_METHODS = ("bound", "exact")
 
 #: How clients are sampled each round (see the module docstring).
 SAMPLING_SCHEMES = ("with_replacement", "poisson", "without_replacement")
+
+#: ``method=`` of the DP-REC functions: ``"sound"`` (the default; a guarantee under a threat model)
+#: or ``"paper"`` (Algorithm 7 as printed; see the module docstring).
+DPREC_METHODS = ("sound", "paper")
 
 #: The bit-width rule warns when the overhead ``12 rho / 2^b`` exceeds this fraction of delta.
 OVERHEAD_WARN_FRACTION = 0.1
@@ -356,6 +363,48 @@ class DPRECAccounting:
     sampling: Optional[str] = "with_replacement"
     messages: Optional[int] = None
     rounds: Optional[int] = None
+    threat_model: Optional[str] = None
+    relation: Optional[str] = None
+    epsilons: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
+    method: str = "paper"
+    conversion: str = ""
+    composition: str = ""
+    local: Optional[LocalGuarantee] = None
+    caveat: Optional[str] = None
+
+    @property
+    def finite(self) -> bool:
+        """Whether a bound is proved (``epsilon`` is finite)."""
+        return math.isfinite(self.epsilon)
+
+    @property
+    def guarantee(self) -> PrivacyGuarantee:
+        """The :class:`~dprec.accounting.guarantee.PrivacyGuarantee` view of this result."""
+        return PrivacyGuarantee(
+            mechanism="dprec" if self.sampling is not None else "dprec-local",
+            epsilon=self.epsilon,
+            delta=self.delta,
+            threat_model=self.threat_model,
+            relation=self.relation,
+            epsilons=dict(self.epsilons),
+            reasons=dict(self.reasons),
+            sampling=self.sampling,
+            composition=self.composition,
+            conversion=self.conversion,
+            method=self.method,
+            local=self.local,
+            order=self.order if math.isfinite(self.epsilon) else None,
+            caveat=self.caveat,
+            details=self,
+        )
+
+    def summary(self) -> str:
+        """A few lines: the guarantee, whom it holds against, and how it was computed."""
+        text = self.guarantee.summary()
+        if self.bits is not None:
+            text += f"\nREC overhead 12*rho/2^b = {self.overhead:.3g} of delta (b = {self.bits} total bits)"
+        return text
 
 
 # --------------------------------------------------------------------------------------
@@ -592,6 +641,288 @@ def _overhead_or_zero(steps: int, c: float, bits: Optional[int]) -> float:
     return 0.0 if bits is None else dprec_overhead(steps, c, bits)
 
 
+# --------------------------------------------------------------------------------------
+# method="sound": threat models, relations, per-step curves, both-tails conversion
+# --------------------------------------------------------------------------------------
+
+#: The caveat of every ``method="paper"`` result.
+PAPER_CAVEAT = (
+    "the paper's Algorithm 7: treats every slot that misses the target as a draw from the prior p "
+    "(other clients' updates zero); not a guarantee against a message observer"
+)
+_SERVER_ADD_REMOVE = (
+    "an observer who knows which client sent each message sees whether the target client takes part at all"
+)
+_LOCAL_ADD_REMOVE = (
+    "an observer of one client's messages sees whether the client sends anything at all; the local guarantee "
+    "is for relation='zero' (the client's update against a zero update)"
+)
+
+
+def _reason_messages_add_remove(sampling: str) -> str:
+    return (
+        f"no bound is proved for add/remove under {sampling} sampling against a message observer (an added "
+        "client changes the number of messages); use relation='zero' or sampling='with_replacement'"
+    )
+
+
+def _check_method(method: Any) -> str:
+    if not isinstance(method, str) or method not in DPREC_METHODS:
+        raise ValueError(f"method must be one of {DPREC_METHODS}, got {method!r}")
+    return method
+
+
+def _resolve(method: Any, threat_model: Any, relation: Any, sampling: str) -> tuple[str, Optional[str], Optional[str]]:
+    """Validate ``method``/``threat_model``/``relation``; fill in the defaults ("server", "zero").
+
+    ``method="paper"`` is only the paper's with-replacement analysis and takes no threat model or
+    relation (ValueError naming ``method``).
+    """
+    method = _check_method(method)
+    if method == "paper":
+        if threat_model is not None or relation is not None:
+            given = "threat_model" if threat_model is not None else "relation"
+            raise ValueError(
+                f"method='paper' is the paper's analysis, not a guarantee under a threat model; pass "
+                f"method='sound' (got {given}={threat_model if threat_model is not None else relation!r}); "
+                f"valid: method='sound' with threat_model in {THREAT_MODELS} and relation in {RELATIONS}, or "
+                "method='paper' with neither"
+            )
+        if sampling != "with_replacement":
+            raise ValueError(
+                f"method='paper' is Algorithm 7, defined for sampling='with_replacement' only, got "
+                f"sampling={sampling!r}; valid combinations: method='paper' with sampling='with_replacement', "
+                f"or method='sound' with sampling in {SAMPLING_SCHEMES}"
+            )
+        return method, None, None
+    tm = "server" if threat_model is None else check_threat_model(threat_model)
+    rel = "zero" if relation is None else check_relation(relation)
+    return method, tm, rel
+
+
+def _attributed(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
+    """ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)."""
+    return _poisson_round_rdp(c, q, alphas)
+
+
+def _sound_curves(
+    c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int
+) -> "tuple[np.ndarray, np.ndarray] | str":
+    """Per-step (forward, reverse) curves of ``method="sound"``, or the reason there is none."""
+    if threat_model == "server":
+        if relation == "add_remove":
+            return _SERVER_ADD_REMOVE
+        curve = _attributed(c, q, alphas)
+        return curve, curve.copy()
+    # "messages", and "central" (the same curves: the decoded sum is a function of the
+    # unattributed messages; nothing better is proved).
+    if sampling != "with_replacement":
+        if relation == "add_remove":
+            return _reason_messages_add_remove(sampling)
+        curve = _attributed(c, q, alphas)
+        return curve, curve.copy()
+    if relation == "add_remove":
+        # Joint convexity: a sampled Gaussian at sensitivity 2C (noise multiplier 1 / (2c)).
+        forward = sampled_gaussian_rdp(q, 0.5 / c, alphas)
+        if q < 1.0 and 2.0 * c <= EXACT_REVERSE_MAX_CLIP:
+            reverse = dprec_reverse_rdp(2.0 * c, q, alphas, reverse="exact")
+        else:
+            reverse = forward.copy()  # reverse <= forward (Mironov, Talwar and Zhang 2019)
+        return forward, np.minimum(reverse, forward)
+    # zero, with replacement: ATTRIBUTED or the size-1 subsample without replacement (WBK).
+    wbk = sampled_gaussian_rdp_without_replacement(1, n, 1.0 / c, alphas)
+    curve = np.minimum(_attributed(c, q, alphas), wbk)
+    return curve, curve.copy()
+
+
+def dprec_step_rdp(
+    clip_multiplier: float,
+    sampling_rate: float,
+    orders: Any = None,
+    *,
+    threat_model: str,
+    relation: str,
+    sampling: str,
+    num_clients: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step (one slot with replacement, one round otherwise) Renyi curves of ``method="sound"``.
+
+    Returns ``(forward, reverse)``: bounds on ``D_a(P || P')`` and ``D_a(P' || P)`` of one step,
+    where ``P`` is the observer's view with the target client and ``P'`` its neighbour (see
+    :mod:`dprec.accounting.dprec_rec`, "Sound accounting"). Both are ``inf`` arrays where no bound is
+    proved (``threat_model="server"`` with ``relation="add_remove"``; ``"messages"``/``"central"``
+    with add/remove under Poisson or without-replacement sampling).
+
+    Parameters
+    ----------
+    clip_multiplier : float
+        ``c = C / sigma > 0``.
+    sampling_rate : float
+        ``q`` of one step: ``1/N`` for ``"with_replacement"`` (one slot), ``B/N`` otherwise (one round).
+    orders : sequence of int, optional
+        Integer orders ``>= 2``; default :data:`DPREC_DEFAULT_ORDERS`.
+    threat_model : {"central", "messages", "server"}
+    relation : {"add_remove", "zero"}
+    sampling : {"with_replacement", "poisson", "without_replacement"}
+    num_clients : int
+        ``N`` (the size-1 subsample without replacement of the ``"zero"`` with-replacement curve).
+    """
+    c = check_positive(clip_multiplier, "clip_multiplier")
+    q = check_probability(sampling_rate, "sampling_rate")
+    alphas = _orders(orders)
+    tm = check_threat_model(threat_model)
+    rel = check_relation(relation)
+    sampling = _check_sampling(sampling)
+    n = check_count(num_clients, "num_clients")
+    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n)
+    if isinstance(out, str):
+        return np.full(alphas.shape, np.inf), np.full(alphas.shape, np.inf)
+    return out
+
+
+def _both_tails(forward: np.ndarray, rev: np.ndarray, alphas: np.ndarray, delta_half: float) -> tuple[float, int]:
+    """``max`` over directions of the improved (Balle et al.) conversion at ``delta_half``; (eps, index)."""
+    ef = epsilon_per_order(alphas, forward, delta_half, method="balle")
+    er = epsilon_per_order(alphas, rev, delta_half, method="balle")
+    i_f, i_r = int(np.argmin(ef)), int(np.argmin(er))
+    if ef[i_f] >= er[i_r]:
+        return float(ef[i_f]), i_f
+    return float(er[i_r]), i_r
+
+
+def _local_epsilon_k(c: float, k: int, delta: float, bits: Optional[int], alphas: np.ndarray) -> float:
+    """Epsilon of ``k`` Gaussian messages (RDP ``k a c^2 / 2`` both ways), both tails, overhead for k."""
+    if k == 0:
+        return 0.0
+    overhead = _overhead_or_zero(k, c, bits)
+    if overhead >= delta:
+        return math.inf
+    curve = k * alphas * (c * c / 2.0)
+    return _both_tails(curve, curve, alphas, (delta - overhead) / 2.0)[0]
+
+
+def _max_participations(steps: int, q: float, tail: float) -> int:
+    """Smallest ``k`` with ``P(Bin(steps, q) > k) <= tail``."""
+    from scipy.stats import binom  # noqa: PLC0415
+
+    if q >= 1.0:
+        return steps
+    k = int(min(steps, max(0.0, float(binom.isf(tail, steps, q)))))
+    while k > 0 and binom.sf(k - 1, steps, q) <= tail:
+        k -= 1
+    while k < steps and binom.sf(k, steps, q) > tail:
+        k += 1
+    return k
+
+
+def _local_guarantee(
+    c: float, delta: float, bits: Optional[int], alphas: np.ndarray, *, steps: int, q: float,
+    expected: Optional[float] = None, tail: Optional[float] = None,
+) -> LocalGuarantee:
+    """Contract item 8: per message, over the expected participations, over a high-probability maximum."""
+    tail = delta / 10.0 if tail is None else tail
+    mean = steps * q if expected is None else expected
+    expected_k = max(1, math.ceil(mean - 1e-9 * mean))
+    k_max = _max_participations(steps, q, tail)
+    return LocalGuarantee(
+        per_message=_local_epsilon_k(c, 1, delta, bits, alphas),
+        expected_participations=expected_k,
+        epsilon_expected=_local_epsilon_k(c, expected_k, delta, bits, alphas),
+        max_participations=k_max,
+        epsilon_max=_local_epsilon_k(c, k_max, delta, bits, alphas),
+        delta_max=delta + tail,
+        tail_probability=tail,
+    )
+
+
+def _sound_text(threat_model: str, sampling: Optional[str], steps: int) -> tuple[str, str]:
+    composition = (
+        f"{steps} {'slots' if sampling == 'with_replacement' else 'rounds'} composed (adaptive RDP composition), "
+        "forward and reverse curves separately"
+    )
+    if threat_model == "central":
+        composition += "; the 'central' curves are the 'messages' ones (nothing better is proved for REC's decoded sum)"
+    conversion = "rdp-balle, both tails: max over directions at delta' = (delta - overhead) / 2"
+    return composition, conversion
+
+
+def _finish_sound(
+    curves: dict,
+    alphas: np.ndarray,
+    *,
+    c: float,
+    delta: float,
+    bits: Optional[int],
+    messages: int,
+    steps: int,
+    q: float,
+    reverse: str,
+    sampling: Optional[str],
+    rounds: int,
+    threat_model: str,
+    relation: str,
+    local: Optional[LocalGuarantee],
+) -> DPRECAccounting:
+    """Convert composed curves ``{relation: (F, R) or reason}`` into a sound :class:`DPRECAccounting`."""
+    overhead = _overhead_or_zero(messages, c, bits)
+    if overhead >= delta:
+        raise _bits_error(overhead, delta, messages, c, bits, None)  # type: ignore[arg-type]
+    half = (delta - overhead) / 2.0
+    epsilons: dict = {}
+    reasons: dict = {}
+    picked: Optional[tuple[float, int, np.ndarray, np.ndarray]] = None
+    for rel in RELATIONS:
+        entry = curves.get(rel)
+        if entry is None:
+            continue
+        if isinstance(entry, str):
+            epsilons[rel] = math.inf
+            reasons[rel] = entry
+            continue
+        forward, rev = entry
+        eps, idx = _both_tails(forward, rev, alphas, half)
+        epsilons[rel] = eps
+        if rel == relation:
+            picked = (eps, idx, forward, rev)
+    composition, conversion = _sound_text(threat_model, sampling, steps)
+    if picked is None:
+        eps, order, fwd_v, rev_v = math.inf, math.nan, math.inf, math.inf
+        lam = 0
+    else:
+        eps, idx, forward, rev = picked
+        order, fwd_v, rev_v = float(alphas[idx]), float(forward[idx]), float(rev[idx])
+        lam = int(order) - 1
+    return DPRECAccounting(
+        epsilon=eps, delta=delta, order=order, lam=lam, forward=fwd_v, reverse=rev_v, overhead=overhead,
+        rho=messages * math.exp(min(c * c, 700.0)), steps=steps, sampling_rate=q, bits=bits,
+        reverse_method=reverse, sampling=sampling, messages=messages, rounds=rounds, threat_model=threat_model,
+        relation=relation, epsilons=epsilons, reasons=reasons, method="sound", conversion=conversion,
+        composition=composition, local=local, caveat=None,
+    )
+
+
+def _no_guarantee_error(threat_model: str, relation: str, reason: str, what: str) -> ValueError:
+    return ValueError(
+        f"{what}: there is no guarantee for threat_model={threat_model!r} with relation={relation!r} ({reason}); "
+        f"valid threat_model values are {THREAT_MODELS} and relation values {RELATIONS}; relation='zero' is "
+        "finite for every threat model"
+    )
+
+
+def _sound_central(
+    c: float, t: int, b: int, n: int, alphas: np.ndarray, sampling: str, threat_model: str,
+    relations: tuple = RELATIONS,
+) -> tuple[dict, int, float]:
+    """Composed sound curves ``{relation: (F, R) or reason}`` of ``t`` rounds, steps and step rate."""
+    q, per_round = _round_unit(sampling, b, n)
+    steps = t * per_round
+    curves: dict = {}
+    for rel in relations:
+        out = _sound_curves(c, q, alphas, threat_model=threat_model, relation=rel, sampling=sampling, n=n)
+        curves[rel] = out if isinstance(out, str) else (steps * out[0], steps * out[1])
+    return curves, steps, q
+
+
 def _result(
     forward: np.ndarray,
     rev: np.ndarray,
@@ -606,7 +937,9 @@ def _result(
     reverse: str,
     sampling: Optional[str],
     rounds: int,
+    local: Optional[LocalGuarantee] = None,
 ) -> DPRECAccounting:
+    """The ``method="paper"`` result: Algorithm 7's ``min_lambda [k + m - log(delta - overhead) / lambda]``."""
     overhead = _overhead_or_zero(messages, c, bits)
     if overhead >= delta:
         raise _bits_error(overhead, delta, messages, c, bits, None)  # type: ignore[arg-type]
@@ -628,6 +961,13 @@ def _result(
         sampling=sampling,
         messages=messages,
         rounds=rounds,
+        threat_model=None,
+        relation=None,
+        method="paper",
+        conversion="Algorithm 7: eps = min_lambda [k + m - log(delta - overhead) / lambda] (moments accountant)",
+        composition=f"{steps} steps, k and m summed (Theorem 1)",
+        local=local,
+        caveat=PAPER_CAVEAT,
     )
 
 
@@ -656,6 +996,10 @@ def _orders(orders: Any) -> np.ndarray:
     return check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
 
 
+def _central_local(c: float, delta: float, bits: Optional[int], alphas: np.ndarray, steps: int, q: float) -> LocalGuarantee:
+    return _local_guarantee(c, delta, bits, alphas, steps=steps, q=q)
+
+
 def dprec_epsilon(
     *,
     rounds: int,
@@ -667,22 +1011,25 @@ def dprec_epsilon(
     reverse: str = "bound",
     orders: Any = None,
     sampling: str = "with_replacement",
+    threat_model: Optional[str] = None,
+    relation: Optional[str] = None,
+    method: str = "sound",
 ) -> DPRECAccounting:
-    """Central (eps, delta) of DP-REC after ``rounds`` rounds (final paper, Algorithm 7 / Theorem 1).
+    """Central (eps, delta) of DP-REC after ``rounds`` rounds, against a stated observer.
 
-    ``eps = min_lambda [k + m - log(delta - 12 rho / 2^b) / lambda]`` with ``rho = T B exp(c^2)``
-    and ``k``, ``m`` by the sampling scheme (see :mod:`dprec.accounting.dprec_rec`):
+    ``method="sound"`` (default): the per-step curves of :func:`dprec_step_rdp` for
+    ``threat_model`` and both relations, composed over ``T B`` slots (with replacement) or ``T``
+    rounds (Poisson, without replacement), converted with both tails: ``delta' = (delta -
+    12 rho / 2^b) / 2`` and ``eps = max`` over directions of the improved (Balle et al. 2020)
+    RDP conversion at ``delta'``. Where no bound is proved (``"server"`` with ``"add_remove"``,
+    or add/remove against a message observer under Poisson / without-replacement sampling) the
+    epsilon is ``inf`` and ``reasons`` says why. The result carries both relations
+    (``epsilons``) and the local guarantee (``local``).
 
-    * ``"with_replacement"`` (the paper's model): ``T B`` draws, each a mixture of the target's
-      message with the prior ``p`` at rate ``1/N`` (eq. (62)); the target's update against a
-      zero update;
-    * ``"poisson"``: ``T`` rounds at rate ``q = B/N`` (``B`` expected clients), each with the
-      exact divergence ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` for both ``k`` and ``m``
-      (an unsampled client sends no message, so there is no sampled-Gaussian amplification as in
-      DP-FedAvg); the target's update against a zero update, messages attributed to clients;
-    * ``"without_replacement"``: ``B`` of ``N`` drawn without replacement; the target is drawn
-      with probability ``q = B/N`` and otherwise sends nothing, so each round has the same exact
-      divergence as a Poisson round at that rate.
+    ``method="paper"``: Algorithm 7 as printed (``sampling="with_replacement"`` only; no
+    ``threat_model``/``relation``), ``eps = min_lambda [k + m - log(delta - 12 rho / 2^b) / lambda]``;
+    it reproduces the paper's table and is not a guarantee against a message observer (see
+    ``caveat``).
 
     Parameters
     ----------
@@ -698,36 +1045,36 @@ def dprec_epsilon(
         in). ``None`` omits the overhead ``12 rho / 2^b``, as the paper's reported numbers do; the
         result is then only valid when that term is negligible against ``delta``.
     reverse : {"bound", "exact"}
-        How ``m`` is obtained (see :func:`dprec_reverse_rdp`); ``"bound"`` reproduces the paper.
-        For ``"poisson"`` and ``"without_replacement"`` both give the same numbers (the per-round
-        divergence is exact and symmetric).
+        ``method="paper"``: how ``m`` is obtained (see :func:`dprec_reverse_rdp`); ``"bound"``
+        reproduces the paper. ``method="sound"`` always uses the exact reverse curve where it
+        differs from the forward one (this argument is validated but does not change its numbers).
     orders : sequence of int, optional
         Integer orders ``a = lambda + 1 >= 2``; default ``2 .. 257``.
     sampling : {"with_replacement", "poisson", "without_replacement"}
-        How clients are drawn each round.
+        How clients are drawn each round (see the module docstring).
+    threat_model : {"server", "messages", "central"}, optional
+        Who observes (``method="sound"`` only); default ``"server"`` (a Flower server knows which
+        client sent each message).
+    relation : {"zero", "add_remove"}, optional
+        The neighbouring relation of ``epsilon`` (``method="sound"`` only); default ``"zero"``,
+        the only one finite against the server.
+    method : {"sound", "paper"}
 
-        * ``"with_replacement"``: the paper's model (Algorithm 7), ``B`` uniform draws per round,
-          each a mixture of the target's message with the prior ``p``.
-        * ``"poisson"``: each client joins a round independently with probability
-          ``q = B / N`` and an unsampled client sends nothing. With messages attributed to
-          clients and the target's update replaced by a zero update (the paper's comparison
-          with ``p``), a round outputs ``(1-q) {no message} + q N(phi, sigma^2 I)`` against
-          ``(1-q) {no message} + q N(0, sigma^2 I)``, whose exact Renyi divergence in either
-          direction is ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)``; valid against any
-          observer, the server included. Unlike DP-FedAvg (server-side noise), DP-REC does not
-          get the sampled-Gaussian amplification under Poisson sampling.
-        * ``"without_replacement"``: ``B`` distinct clients per round; the target is drawn with
-          probability ``q = B / N`` and otherwise sends nothing, so a round has the Poisson
-          round's exact divergence at that rate.
+    Returns
+    -------
+    DPRECAccounting
+        ``.guarantee`` gives the :class:`~dprec.accounting.guarantee.PrivacyGuarantee` view.
 
     Raises
     ------
     ValueError
-        For invalid parameters (named), ``clients_per_round > num_clients`` outside
-        ``"with_replacement"``, and when ``delta <= 12 rho / 2^b`` (naming ``bits``, with the
-        total bits that would do).
+        For invalid parameters (named; ``threat_model``/``relation``/``method`` with the valid
+        choices), ``method="paper"`` with another sampling or with a threat model (naming
+        ``method``), ``clients_per_round > num_clients`` outside ``"with_replacement"``, and when
+        ``delta <= 12 rho / 2^b`` (naming ``bits``, with the total bits that would do).
     """
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
+    method, tm, rel = _resolve(method, threat_model, relation, sampling)
     c = check_positive(clip_multiplier, "clip_multiplier")
     delta = check_delta(delta)
     if bits is not None:
@@ -735,11 +1082,35 @@ def dprec_epsilon(
     alphas = _orders(orders)
     if bits is not None:
         _enforce_bit_rule(messages=t * b, clip_multiplier=c, delta=delta, bits=bits, groups=None, warn=False)
-    forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
-    return _result(
-        forward, rev, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
-        sampling=sampling, rounds=t,
+    q_unit, per_round = _round_unit(sampling, b, n)
+    local = _central_local(c, delta, bits, alphas, t * per_round, q_unit)
+    if method == "paper":
+        forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
+        return _result(
+            forward, rev, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
+            sampling=sampling, rounds=t, local=local,
+        )
+    assert tm is not None and rel is not None
+    curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm)
+    return _finish_sound(
+        curves, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
+        sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=local,
     )
+
+
+def _resolve_local(method: Any, threat_model: Any, relation: Any) -> tuple[str, Optional[str], Optional[str]]:
+    method = _check_method(method)
+    if method == "paper":
+        return _resolve(method, threat_model, relation, "with_replacement")
+    tm = "server" if threat_model is None else check_threat_model(threat_model)
+    if tm != "server":
+        raise ValueError(
+            f"threat_model={tm!r}: the local guarantee is what an observer of one client's own messages learns, "
+            "so threat_model must be 'server' (the valid choice here; 'messages' and 'central' observers are "
+            "covered by dprec_epsilon's central guarantee)"
+        )
+    rel = "zero" if relation is None else check_relation(relation)
+    return method, tm, rel
 
 
 def dprec_local_epsilon(
@@ -749,14 +1120,28 @@ def dprec_local_epsilon(
     bits: Optional[int],
     rounds: int = 1,
     orders: Any = None,
+    threat_model: Optional[str] = None,
+    relation: Optional[str] = None,
+    method: str = "sound",
 ) -> DPRECAccounting:
-    """Local (eps, delta) of DP-REC, against a server that sees a client's messages (no amplification).
+    """Local (eps, delta) of DP-REC: what the ``rounds`` messages of one client reveal about it.
 
-    Theorem 1 with ``c_lambda = lambda c^2 / 2`` (eq. (57), both directions equal for Gaussians
-    of equal variance) composed over the ``rounds`` in which the client took part:
-    ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``,
-    ``rho = rounds exp(c^2)``, ``bits`` the TOTAL bits of one message.
+    The observer sees one client's messages, attributed (``threat_model="server"``, the only one
+    accepted: a weaker observer is covered by the central guarantee). Each message is a Gaussian
+    ``N(phi, sigma^2)`` against ``N(0, sigma^2)`` (``relation="zero"``, the default), Renyi
+    divergence ``a c^2 / 2`` in both directions, composed over ``rounds`` messages (no sampling
+    amplification).
+
+    * ``method="sound"``: both tails, ``delta' = (delta - 12 rho / 2^b) / 2`` with
+      ``rho = rounds exp(c^2)``, ``eps = max`` over directions of the improved (Balle et al.)
+      conversion; ``relation="add_remove"`` gives ``inf`` with the reason (the observer sees whether
+      the client sends at all).
+    * ``method="paper"``: Theorem 1 with ``c_lambda = lambda c^2 / 2`` (eq. (57)),
+      ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``.
+
+    ``bits`` is the TOTAL bits of one message.
     """
+    method, tm, rel = _resolve_local(method, threat_model, relation)
     steps = check_count(rounds, "rounds")
     c = check_positive(clip_multiplier, "clip_multiplier")
     delta = check_delta(delta)
@@ -764,11 +1149,26 @@ def dprec_local_epsilon(
         bits = check_bits(bits)
     alphas = _orders(orders)
     forward = steps * sampled_gaussian_rdp(1.0, 1.0 / c, alphas)
-    rev = steps * dprec_reverse_rdp(c, 1.0, alphas, reverse="exact")
-    return _result(
-        forward, rev, alphas, c=c, delta=delta, bits=bits, messages=steps, steps=steps, q=1.0, reverse="exact",
-        sampling=None, rounds=steps,
+    if method == "paper":
+        rev = steps * dprec_reverse_rdp(c, 1.0, alphas, reverse="exact")
+        return _result(
+            forward, rev, alphas, c=c, delta=delta, bits=bits, messages=steps, steps=steps, q=1.0, reverse="exact",
+            sampling=None, rounds=steps,
+        )
+    assert tm is not None and rel is not None
+    curves = {"zero": (forward, forward.copy()), "add_remove": _LOCAL_ADD_REMOVE}
+    result = _finish_sound(
+        curves, alphas, c=c, delta=delta, bits=bits, messages=steps, steps=steps, q=1.0, reverse="exact",
+        sampling=None, rounds=steps, threat_model=tm, relation=rel, local=None,
     )
+    composition = f"{steps} messages of one client composed (adaptive RDP composition); no sampling amplification"
+    return _replace(result, composition=composition)
+
+
+def _replace(result: DPRECAccounting, **changes: Any) -> DPRECAccounting:
+    import dataclasses  # noqa: PLC0415
+
+    return dataclasses.replace(result, **changes)
 
 
 def dprec_delta(
@@ -782,24 +1182,41 @@ def dprec_delta(
     reverse: str = "bound",
     orders: Any = None,
     sampling: str = "with_replacement",
+    threat_model: Optional[str] = None,
+    relation: Optional[str] = None,
+    method: str = "sound",
 ) -> tuple[float, float]:
-    """Delta for a given epsilon: Theorem 1, ``min_lambda exp(lambda (k + m - eps)) + 12 rho / 2^b``.
+    """Delta for a given epsilon; returns ``(delta, order)`` with ``delta`` capped at 1.
 
-    ``k``, ``m`` and ``rho`` by the sampling scheme, as in :func:`dprec_epsilon` (``bits`` is the
-    TOTAL bits of one message). Returns ``(delta, order)`` with ``delta`` capped at 1 and
-    ``order = lambda + 1``.
+    ``method="sound"``: ``2 max_directions delta_balle(curve, eps) + 12 rho / 2^b`` (the inverse of
+    :func:`dprec_epsilon`'s both-tails conversion); where no bound is proved for ``threat_model`` and
+    ``relation`` it returns ``(1.0, nan)`` (no guarantee). ``method="paper"``: Theorem 1,
+    ``min_lambda exp(lambda (k + m - eps)) + 12 rho / 2^b``. ``order = lambda + 1``. Other
+    parameters as in :func:`dprec_epsilon`.
     """
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
+    method, tm, rel = _resolve(method, threat_model, relation, sampling)
     c = check_positive(clip_multiplier, "clip_multiplier")
     eps = check_epsilon(epsilon)
     if bits is not None:
         bits = check_bits(bits)
     alphas = _orders(orders)
-    forward, rev, _, _ = _central(c, t, b, n, alphas, sampling, reverse)
-    log_delta = (alphas - 1.0) * (forward + rev - eps)
-    best = int(np.argmin(log_delta))
-    delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(t * b, c, bits)
-    return min(1.0, delta), float(alphas[best])
+    if method == "paper":
+        forward, rev, _, _ = _central(c, t, b, n, alphas, sampling, reverse)
+        log_delta = (alphas - 1.0) * (forward + rev - eps)
+        best = int(np.argmin(log_delta))
+        delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(t * b, c, bits)
+        return min(1.0, delta), float(alphas[best])
+    assert tm is not None and rel is not None
+    curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,))
+    entry = curves[rel]
+    if isinstance(entry, str):
+        return 1.0, math.nan
+    d_f, o_f = rdp_to_delta(alphas, entry[0], eps, method="balle")
+    d_r, o_r = rdp_to_delta(alphas, entry[1], eps, method="balle")
+    d_half, order = (d_f, o_f) if d_f >= d_r else (d_r, o_r)
+    delta = 2.0 * d_half + _overhead_or_zero(t * b, c, bits)
+    return min(1.0, delta), order
 
 
 def dprec_calibrate(
@@ -814,35 +1231,53 @@ def dprec_calibrate(
     orders: Any = None,
     rtol: float = 1e-10,
     sampling: str = "with_replacement",
+    threat_model: Optional[str] = None,
+    relation: Optional[str] = None,
+    method: str = "sound",
 ) -> float:
     """The clip multiplier ``c = C / sigma`` at which :func:`dprec_epsilon` equals ``target_epsilon``.
 
     Same parameters as :func:`dprec_epsilon` (``bits`` the TOTAL bits of one message, ``sampling``
-    the scheme). Epsilon increases with ``c`` (every term of Algorithm 7 does), so the root is
-    unique; it is found by Brent's method on ``[1e-6, c_max]`` where ``c_max`` is doubled until
-    epsilon exceeds the target (or the overhead reaches delta, beyond which epsilon is undefined).
+    the scheme, ``threat_model``/``relation``/``method`` as there). Epsilon increases with ``c``
+    (every curve does), so the root is unique; it is found by Brent's method on ``[1e-6, c_max]``
+    where ``c_max`` is doubled until epsilon exceeds the target (or the overhead reaches delta,
+    beyond which epsilon is undefined).
 
     Raises
     ------
     ValueError
-        When ``target_epsilon`` is below the floor ``log(1/delta) / lambda_max`` that no ``c``
-        can go under with these orders, or above what any ``c`` reaches before the overhead
-        ``12 rho / 2^b`` uses up ``delta``.
+        For a ``threat_model``/``relation`` combination without a guarantee (naming both and the
+        valid choices); when ``target_epsilon`` is below the floor that no ``c`` can go under with
+        these orders, or above what any ``c`` reaches before the overhead ``12 rho / 2^b`` uses up
+        ``delta``.
     """
     eps_target = check_positive(target_epsilon, "target_epsilon")
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
+    method, tm, rel = _resolve(method, threat_model, relation, sampling)
     delta = check_delta(delta)
     if bits is not None:
         bits = check_bits(bits)
     alphas = _orders(orders)
     rtol = check_positive(rtol, "rtol")
     messages = t * b
+    if method == "sound":
+        assert tm is not None and rel is not None
+        probe = _sound_curves(1.0, _round_unit(sampling, b, n)[0], alphas[:1], threat_model=tm, relation=rel,
+                              sampling=sampling, n=n)
+        if isinstance(probe, str):
+            raise _no_guarantee_error(tm, rel, probe, "dprec_calibrate")
 
     def account(c: float) -> DPRECAccounting:
-        forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
-        return _result(
-            forward, rev, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q,
-            reverse=reverse, sampling=sampling, rounds=t,
+        if method == "paper":
+            forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
+            return _result(
+                forward, rev, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q,
+                reverse=reverse, sampling=sampling, rounds=t,
+            )
+        curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,))  # type: ignore[arg-type]
+        return _finish_sound(
+            curves, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q, reverse=reverse,
+            sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=None,  # type: ignore[arg-type]
         )
 
     def excess(c: float) -> float:
@@ -962,12 +1397,16 @@ class DPRECRoundAccountant:
         groups: Optional[int] = None,
         orders: Any = None,
         sampling_rate: Optional[float] = None,
+        threat_model: Optional[str] = None,
+        relation: Optional[str] = None,
+        method: str = "sound",
     ) -> None:
         self._c = check_positive(clip_multiplier, "clip_multiplier")
         self._bits = None if bits is None else check_bits(bits)
         self._n = check_count(num_clients, "num_clients")
         self._delta = check_delta(delta)
         self._sampling = _check_sampling(sampling)
+        self._method, self._threat_model, self._relation = _resolve(method, threat_model, relation, self._sampling)
         self._rate: Optional[float] = None
         if sampling_rate is None:
             if clients_per_round is None:
@@ -1056,7 +1495,14 @@ class DPRECRoundAccountant:
         if self._sampling == "with_replacement":
             key = 0  # one curve for every B
         if key not in self._curves:
-            if isinstance(key, float):
+            key_rate = key if isinstance(key, float) else _round_unit(self._sampling, b, self._n)[0]
+            if self._method == "sound":
+                self._curves[key] = {
+                    rel: _sound_curves(self._c, key_rate, self._alphas, threat_model=self._threat_model,
+                                       relation=rel, sampling=self._sampling, n=self._n)
+                    for rel in RELATIONS
+                }
+            elif isinstance(key, float):
                 self._curves[key] = _rate_curves(self._c, key, self._alphas, self._reverse, self._sampling)
             else:
                 self._curves[key] = _step_curves(self._c, b, self._n, self._alphas, self._sampling, self._reverse)
@@ -1066,14 +1512,6 @@ class DPRECRoundAccountant:
         step_rate = key if isinstance(key, float) else b / self._n
         rate_sum = self._rate_sum + r * step_rate
         total_rounds = self._rounds + r
-        forward: Optional[np.ndarray] = None
-        rev: Optional[np.ndarray] = None
-        for k in sorted(units):
-            f_unit, r_unit = self._curves[k]
-            f, rv = units[k] * f_unit, units[k] * r_unit
-            forward = f if forward is None else forward + f
-            rev = rv if rev is None else rev + rv
-        assert forward is not None and rev is not None
         if self._sampling == "with_replacement":
             q = 1.0 / self._n
         elif len(sizes) == 1:
@@ -1082,14 +1520,59 @@ class DPRECRoundAccountant:
             q = messages / (total_rounds * self._n)
         else:
             q = rate_sum / total_rounds
-        result = _result(
-            forward, rev, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages,
-            steps=sum(units.values()), q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
-        )
+        steps = sum(units.values())
+        # Participations: Bin(steps, q_max) dominates the count when rounds had different rates.
+        if self._sampling == "with_replacement":
+            expected, q_max = steps / self._n, 1.0 / self._n
+        else:
+            expected = rate_sum
+            q_max = max(k if isinstance(k, float) else k / self._n for k in sizes)
+        local = _local_guarantee(self._c, self._delta, self._bits, self._alphas, steps=steps, q=q_max,
+                                 expected=expected)
+        if self._method == "paper":
+            forward, rev = self._compose(units, None)
+            result = _result(
+                forward, rev, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages,
+                steps=steps, q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds, local=local,
+            )
+        else:
+            curves: dict = {}
+            for rel in RELATIONS:
+                reason = next((self._curves[k][rel] for k in units if isinstance(self._curves[k][rel], str)), None)
+                curves[rel] = reason if reason is not None else self._compose(units, rel)
+            result = _finish_sound(
+                curves, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages, steps=steps,
+                q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
+                threat_model=self._threat_model, relation=self._relation, local=local,  # type: ignore[arg-type]
+            )
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
         self._rate_sum = rate_sum
         self._accounting = result
         return result
+
+    def _compose(self, units: dict, relation: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
+        forward = np.zeros(self._alphas.shape)
+        rev = np.zeros(self._alphas.shape)
+        for k in sorted(units):
+            entry = self._curves[k] if relation is None else self._curves[k][relation]
+            forward = forward + units[k] * entry[0]
+            rev = rev + units[k] * entry[1]
+        return forward, rev
+
+    @property
+    def threat_model(self) -> Optional[str]:
+        """The threat model (None with ``method="paper"``)."""
+        return self._threat_model
+
+    @property
+    def relation(self) -> Optional[str]:
+        """The neighbouring relation of :attr:`epsilon` (None with ``method="paper"``)."""
+        return self._relation
+
+    @property
+    def method(self) -> str:
+        """``"sound"`` or ``"paper"``."""
+        return self._method
 
     @property
     def epsilon(self) -> float:
@@ -1192,20 +1675,38 @@ def _codec_epsilon(
     delta: Any,
     sampling: Any,
     reverse: Any,
+    threat_model: Optional[str] = None,
+    relation: Optional[str] = None,
+    method: str = "sound",
 ) -> DPRECAccounting:
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
+    _resolve(method, threat_model, relation, sampling)
     delta = check_delta(delta)
     _enforce_bit_rule(
         messages=t * b, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4
     )
     return dprec_epsilon(
         rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=clip_multiplier, delta=delta, bits=bits,
-        reverse=reverse, sampling=sampling,
+        reverse=reverse, sampling=sampling, threat_model=threat_model, relation=relation, method=method,
     )
 
 
-def _codec_local_epsilon(*, clip_multiplier: float, bits: int, groups: int, delta: Any, rounds: Any) -> DPRECAccounting:
+def _codec_local_epsilon(
+    *,
+    clip_multiplier: float,
+    bits: int,
+    groups: int,
+    delta: Any,
+    rounds: Any,
+    threat_model: Optional[str] = None,
+    relation: Optional[str] = None,
+    method: str = "sound",
+) -> DPRECAccounting:
+    _resolve_local(method, threat_model, relation)
     t = check_count(rounds, "rounds")
     delta = check_delta(delta)
     _enforce_bit_rule(messages=t, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4)
-    return dprec_local_epsilon(clip_multiplier=clip_multiplier, delta=delta, bits=bits, rounds=t)
+    return dprec_local_epsilon(
+        clip_multiplier=clip_multiplier, delta=delta, bits=bits, rounds=t, threat_model=threat_model,
+        relation=relation, method=method,
+    )
