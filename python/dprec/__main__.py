@@ -1,5 +1,5 @@
 """The ``dprec`` command line: ``dprec bench`` (throughput table), ``dprec demo`` (a federated
-DP-REC run against FedAvg and DP-FedAvg) and ``dprec info``.
+DP-REC run against FedAvg and DP-FedAvg), ``dprec audit`` (an empirical privacy audit) and ``dprec info``.
 
 Also runnable as ``python -m dprec``.
 """
@@ -73,6 +73,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_arguments(p_demo)
     sub.add_parser("info", help="version, backends, ISA and thread count")
+    from . import audit  # noqa: PLC0415
+
+    p_audit = sub.add_parser(
+        "audit",
+        help="empirical privacy audit: a Clopper-Pearson lower bound on epsilon of a mechanism's real code path "
+        "beside its accounted epsilon (needs SciPy)",
+        description=audit.DESCRIPTION,
+        epilog=audit.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    audit.add_arguments(p_audit)
     args = parser.parse_args(argv)
     if args.command == "bench":
         bench.run_from_args(args)
@@ -81,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo.run_from_args(args, parser=p_demo)
     if args.command == "info":
         return _info()
+    if args.command == "audit":
+        return audit.run_from_args(args, parser=p_audit)
     parser.print_help()
     return 2
 
