@@ -18,6 +18,9 @@ dprec.accounting.dprec_rec
     ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` in either direction, against any observer
     including the server: unlike DP-FedAvg (server-side noise), DP-REC gets no sampled-Gaussian
     amplification from Poisson sampling.
+dprec.accounting.baselines
+    Tight baselines: the (sampled) Gaussian mechanism (DP-FedAvg, joint noise) under a threat
+    model, by PLD (``dp_accounting``, optional) or the improved RDP conversion.
 dprec.accounting.guarantee
     Threat models (``"central"``, ``"messages"``, ``"server"``), neighbouring relations
     (``"add_remove"``, ``"zero"``) and the result object :class:`PrivacyGuarantee` (with
@@ -50,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - scipy is installed wherever the
         "`pip install dprec[accounting]` or `pip install scipy`"
     ) from exc
 
-from . import discrete, dprec_rec, guarantee, joint_noise, qmgeo
+from . import baselines, discrete, dprec_rec, guarantee, joint_noise, qmgeo
 from .accountant import (
     NOISE_PLACEMENTS,
     Accountant,
@@ -63,6 +66,7 @@ from .accountant import (
     SampledGaussianEvent,
     SkellamEvent,
 )
+from .baselines import *  # noqa: F401,F403
 from .discrete import *  # noqa: F401,F403 - re-exported, listed in __all__ below
 from .dprec_rec import *  # noqa: F401,F403 - re-exported, listed in __all__ below
 from .guarantee import *  # noqa: F401,F403
@@ -96,9 +100,10 @@ __all__ = [
     "DDGEvent",
     "QMGeoEvent",
     "SkellamEvent",
+    "baselines",
     "discrete",
     "guarantee",
     "joint_noise",
     "qmgeo",
 ]
-__all__ += dprec_rec.__all__ + guarantee.__all__ + discrete.__all__ + joint_noise.__all__ + qmgeo.__all__
+__all__ += baselines.__all__ + dprec_rec.__all__ + guarantee.__all__ + discrete.__all__ + joint_noise.__all__ + qmgeo.__all__

@@ -68,17 +68,20 @@ from ._checks import (
     check_probability,
 )
 from ._subsampling import poisson_subsampled_rdp
+from .guarantee import PrivacyGuarantee, check_relation, check_threat_model
 from .rdp import rdp_to_epsilon
 
 __all__ = [
     "DISCRETE_DEFAULT_ORDERS",
     "ddg_concentrated_epsilon",
     "ddg_epsilon",
+    "ddg_guarantee",
     "ddg_noise_for_epsilon",
     "ddg_rdp",
     "ddg_tau",
     "rounded_l2_sensitivity",
     "skellam_epsilon",
+    "skellam_guarantee",
     "skellam_noise_for_epsilon",
     "skellam_rdp",
 ]
@@ -338,13 +341,22 @@ def ddg_epsilon(
     l1_sensitivity: Optional[float] = None,
     orders: Any = None,
     method: str = "mironov",
+    threat_model: str = "central",
+    relation: str = "add_remove",
 ) -> tuple[float, float]:
     """(eps, best order) of ``steps`` compositions of :func:`ddg_rdp` at the given delta.
+
+    Under secure aggregation every observer (``threat_model`` ``"central"``, ``"messages"`` or
+    ``"server"``) sees only the modular sum, and ``relation`` ``"add_remove"`` and ``"zero"`` have
+    the same curve (the sensitivity of one client): both are validated, the number is the same.
+    :func:`ddg_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
     RDP composes additively over steps; the conversion is
     :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017, Prop. 3 by default). ``orders``
     defaults to the integers 2..256.
     """
+    check_threat_model(threat_model)
+    check_relation(relation)
     return _composed_epsilon(
         ddg_rdp,
         orders,
@@ -476,13 +488,22 @@ def skellam_epsilon(
     l1_sensitivity: Optional[float] = None,
     orders: Any = None,
     method: str = "mironov",
+    threat_model: str = "central",
+    relation: str = "add_remove",
 ) -> tuple[float, float]:
     """(eps, best order) of ``steps`` compositions of :func:`skellam_rdp` at the given delta.
+
+    Under secure aggregation every observer (``threat_model`` ``"central"``, ``"messages"`` or
+    ``"server"``) sees only the modular sum, and ``relation`` ``"add_remove"`` and ``"zero"`` have
+    the same curve (the sensitivity of one client): both are validated, the number is the same.
+    :func:`skellam_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
     Agarwal, Kairouz and Liu (2021), the multi-dimensional Skellam RDP bound (module docstring),
     composed additively, converted by :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017,
     Prop. 3 by default). ``orders`` defaults to the integers 2..256.
     """
+    check_threat_model(threat_model)
+    check_relation(relation)
     return _composed_epsilon(
         skellam_rdp,
         orders,
@@ -531,3 +552,58 @@ def skellam_noise_for_epsilon(
         orders=orders,
         method=method,
     )
+
+
+def _secagg_guarantee(
+    mechanism: str, rdp_fn: Callable[..., np.ndarray], *, delta: Any, steps: Any, orders: Any, threat_model: Any,
+    relation: Any, conversion: Any, params: dict,
+) -> PrivacyGuarantee:
+    from .baselines import _check_conversion, _rdp_guarantee  # noqa: PLC0415
+
+    tm = check_threat_model(threat_model)
+    rel = check_relation(relation)
+    conv = _check_conversion(conversion, pld_ok=False)
+    alphas = DISCRETE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
+    delta = check_delta(delta)
+    t = check_count(steps, "steps")
+    curve = t * rdp_fn(alphas, **params)
+    q = params.get("sampling_rate", 1.0)
+    return _rdp_guarantee(
+        mechanism, lambda r: curve, alphas, delta, threat_model=tm, relation=rel, conversion=conv,
+        sampling="poisson" if q < 1.0 else None,
+        composition=f"{t} compositions (RDP) of the modular sum under secure aggregation",
+    )
+
+
+def ddg_guarantee(
+    *,
+    delta: float,
+    steps: int = 1,
+    orders: Any = None,
+    threat_model: str = "central",
+    relation: str = "add_remove",
+    conversion: str = "rdp-balle",
+    **params: Any,
+) -> PrivacyGuarantee:
+    """:func:`ddg_epsilon` as a PrivacyGuarantee: the same finite curve for all three threat models and
+    both relations (secure aggregation: only the modular sum is seen). ``params`` are those of
+    :func:`ddg_rdp` (``l2_sensitivity``, ``noise_stddev``, ``num_clients``, ``dim``, ...);
+    ``conversion`` ``"rdp-balle"`` (default), ``"rdp-mironov"`` or ``"auto"`` (= ``"rdp-balle"``)."""
+    return _secagg_guarantee("ddg", ddg_rdp, delta=delta, steps=steps, orders=orders, threat_model=threat_model,
+                             relation=relation, conversion=conversion, params=params)
+
+
+def skellam_guarantee(
+    *,
+    delta: float,
+    steps: int = 1,
+    orders: Any = None,
+    threat_model: str = "central",
+    relation: str = "add_remove",
+    conversion: str = "rdp-balle",
+    **params: Any,
+) -> PrivacyGuarantee:
+    """:func:`skellam_epsilon` as a PrivacyGuarantee (see :func:`ddg_guarantee`); ``params`` are those
+    of :func:`skellam_rdp`."""
+    return _secagg_guarantee("skellam", skellam_rdp, delta=delta, steps=steps, orders=orders,
+                             threat_model=threat_model, relation=relation, conversion=conversion, params=params)

@@ -41,6 +41,8 @@ from ._checks import (
     check_positive,
     check_probability,
 )
+from .baselines import gaussian_guarantee
+from .guarantee import PrivacyGuarantee, check_relation, check_threat_model
 from .rdp import rdp_to_epsilon, sampled_gaussian_rdp
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "client_sigma_for_total",
     "joint_noise_calibrate",
     "joint_noise_epsilon",
+    "joint_noise_guarantee",
     "joint_noise_rdp",
     "sigma_total",
     "sigma_total_equal",
@@ -154,16 +157,53 @@ def joint_noise_epsilon(
     rounds: int = 1,
     orders: Any = None,
     method: str = "mironov",
+    threat_model: str = "central",
+    relation: str = "add_remove",
 ) -> tuple[float, float]:
     """(eps, best order) for S local steps per round over T rounds with ``sigma_total``.
 
     Mironov's conversion by default; ``method="balle"`` for the tighter one. ``orders`` defaults to
-    the integers 2..256 (:data:`JOINT_NOISE_DEFAULT_ORDERS`).
+    the integers 2..256 (:data:`JOINT_NOISE_DEFAULT_ORDERS`). ``threat_model`` (``"central"``,
+    ``"messages"`` or ``"server"``) and ``relation`` (``"add_remove"`` or ``"zero"``) are validated;
+    the number is the same for all of them (every observer sees only the noisy sum through secure
+    aggregation; zero-out and add/remove give the same sampled-Gaussian curve).
+    :func:`joint_noise_guarantee` returns the full result, by PLD where available.
     """
+    check_threat_model(threat_model)
+    check_relation(relation)
     alphas = JOINT_NOISE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
     delta = check_delta(delta)
     rdp = joint_noise_rdp(alphas, noise_multiplier, sampling_rate, local_steps, rounds)
     return rdp_to_epsilon(alphas, rdp, delta, method=method)
+
+
+def joint_noise_guarantee(
+    noise_multiplier: float,
+    sampling_rate: float,
+    delta: float,
+    *,
+    local_steps: int = 1,
+    rounds: int = 1,
+    threat_model: str = "central",
+    relation: str = "add_remove",
+    conversion: str = "auto",
+    orders: Any = None,
+) -> PrivacyGuarantee:
+    """Joint noise through secure aggregation as a :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
+
+    ``S * T`` Poisson-sampled Gaussian steps with ``sigma_total`` (:func:`sigma_total`), the noise
+    added by the clients: finite for all three threat models (the observer sees only the noisy
+    sum), both relations the same. ``conversion``: ``"auto"`` (PLD through ``dp_accounting`` when it
+    imports, else ``"rdp-balle"``), ``"pld"``, ``"rdp-balle"`` or ``"rdp-mironov"``; see
+    :func:`dprec.accounting.gaussian_guarantee`.
+    """
+    s = check_count(local_steps, "local_steps")
+    t = check_count(rounds, "rounds")
+    return gaussian_guarantee(
+        noise_multiplier, delta, sample_rate=sampling_rate, steps=s * t, threat_model=threat_model,
+        relation=relation, secure_aggregation=True, noise="clients", conversion=conversion, orders=orders,
+        mechanism="joint-noise",
+    )
 
 
 def joint_noise_calibrate(

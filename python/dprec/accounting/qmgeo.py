@@ -63,6 +63,7 @@ from scipy.special import logsumexp
 from ._checks import (
     MAX_INPUTS,
     check_count,
+    check_delta,
     check_finite,
     check_levels,
     check_orders,
@@ -72,6 +73,7 @@ from ._checks import (
 from ._subsampling import poisson_subsampled_rdp
 
 __all__ = [
+    "qmgeo_guarantee",
     "qmgeo_log_pmf",
     "qmgeo_paper_eq20",
     "qmgeo_paper_eq23",
@@ -427,3 +429,57 @@ def qmgeo_rdp(
         return dim * _coordinate_rdp(a, levels, p, w_max, grid)
 
     return poisson_subsampled_rdp(alphas, q, base)
+
+
+def qmgeo_guarantee(
+    levels: int,
+    p: float,
+    delta: float,
+    *,
+    rounds: int = 1,
+    participation_rate: float = 1.0,
+    threat_model: str = "server",
+    relation: str = "zero",
+    conversion: str = "rdp-balle",
+    orders: Any = None,
+    **params: Any,
+):
+    """QMGeo over ``rounds`` rounds as a :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
+
+    QMGeo is a local randomizer: each participating client's message has the per-message curve
+    ``D(a) = qmgeo_rdp(a, levels, p, **params)`` (``dim``, ``sampling_rate``, ``inputs``, ``w_max``).
+    A client takes part in a round with probability ``participation_rate`` (``q``), attributed
+    as in DP-REC's sound accounting: per round ``log(1 - q + q exp((a-1) D(a))) / (a-1)`` (an
+    absent client sends nothing in both neighbouring runs), composed over ``rounds``. This holds
+    against the ``"server"`` and hence (post-processing) ``"messages"`` and ``"central"``, for
+    ``relation="zero"`` (the client's input replaced); ``"add_remove"`` is ``inf`` with the reason
+    (an added client adds a message). ``conversion``: ``"rdp-balle"`` (default) or ``"rdp-mironov"``.
+    """
+    from .baselines import _check_conversion, _rdp_guarantee  # noqa: PLC0415
+    from .guarantee import check_relation, check_threat_model  # noqa: PLC0415
+
+    tm = check_threat_model(threat_model)
+    rel = check_relation(relation)
+    conv = _check_conversion(conversion, pld_ok=False)
+    alphas = check_orders(np.arange(2.0, 257.0) if orders is None else orders)
+    delta = check_delta(delta)
+    t = check_count(rounds, "rounds")
+    q = check_probability(participation_rate, "participation_rate")
+    per_message = np.asarray(qmgeo_rdp(alphas, levels, p, **params), dtype=np.float64)
+    with np.errstate(over="ignore"):
+        x = (alphas - 1.0) * per_message
+        if q == 1.0:
+            per_round = per_message
+        else:
+            per_round = np.logaddexp(math.log1p(-q), math.log(q) + x) / (alphas - 1.0)
+    per_round = np.where(np.isinf(per_message), np.inf, per_round)
+    curve = t * per_round
+    reason = (
+        "QMGeo is a local randomizer whose curve is for replacing a client's input (relation='zero'); an added "
+        "or removed client adds or removes a message"
+    )
+    return _rdp_guarantee(
+        "qmgeo", lambda r: reason if r == "add_remove" else curve, alphas, delta, threat_model=tm, relation=rel,
+        conversion=conv, sampling="poisson" if q < 1.0 else None,
+        composition=f"{t} rounds, attributed participation at rate {q:g} (RDP composition)",
+    )
