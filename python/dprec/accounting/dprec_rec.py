@@ -19,6 +19,51 @@ order ``a = lambda + 1`` (integer, ``lambda >= 1``):
 * ``eps = min_lambda [k_lambda + m_lambda - log(delta - 12 rho / 2^b) / lambda]`` (Algorithm 7,
   last line; Theorem 1 solved for eps).
 
+Sound accounting (``method="sound"``, the default)
+--------------------------------------------------
+Every DP-REC function takes ``threat_model`` (``"server"``: the observer knows which client sent
+each message, the default; ``"messages"``: it sees every message but not the sender;
+``"central"``: it sees only the aggregates) and ``relation`` (``"zero"``: one client's update
+replaced by a zero update, the default; ``"add_remove"``: one client added or removed). The result
+reports both relations (``epsilons``; ``inf`` with a reason in ``reasons`` where nothing is proved)
+and the local guarantee (``local``). Per-step curves (:func:`dprec_step_rdp`), with
+``ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``:
+
+* ``"server"``, ``"zero"``: ``ATTRIBUTED`` per slot (``q = 1/N``, ``T B`` slots, with
+  replacement) or per round (``q = B/N``, ``T`` rounds). The observer learns which client each
+  message belongs to (data-independent); only the target's messages differ, ``N(phi)`` against
+  ``N(0)``, present with probability ``q``. Symmetric. ``"add_remove"``: ``inf`` (the observer
+  sees whether the target takes part at all).
+* ``"messages"``, with replacement, ``"add_remove"``: a slot shows ``P = (1-q) M + q N(phi)``
+  against ``P' = M``, ``M`` the uniform mixture of the other clients' ``N(phi_j)``,
+  ``||phi_j|| <= C`` arbitrary. ``exp((a-1) D_a)`` is jointly convex, so ``D_a(P || P') <= max_j
+  D_a((1-q) N(phi_j) + q N(phi) || N(phi_j))``: a sampled Gaussian with shift at most ``2C``
+  (Mironov, Talwar and Zhang 2019, monotone in the shift), i.e. ``sampled_gaussian_rdp(q, 1/(2c))``;
+  the reverse by the same pairing is the exact reverse sampled Gaussian at ``2c``
+  (:func:`dprec_reverse_rdp`). ``T B`` slots compose adaptively (a round's shuffled multiset is
+  post-processing of its slots). ``"zero"``: per order the smaller of ``ATTRIBUTED(1/N, c)`` (the
+  server's bound, by post-processing) and Wang, Balle and Kasiviswanathan's bound for a size-1
+  subsample without replacement of ``N`` with a Gaussian at sensitivity ``2C`` (a slot is such a
+  subsample, and zero-out is a replace-one).
+* ``"messages"``, Poisson / without replacement: ``"zero"`` is ``ATTRIBUTED`` (post-processing of
+  the server's view); ``"add_remove"`` is ``inf`` (an added client changes the number of messages).
+* ``"central"``: the ``"messages"`` curves (REC's decoded sum is a function of the unattributed
+  messages; nothing tighter is proved).
+* Overhead ``12 rho / 2^b``, ``rho = T B exp(c^2)`` (Theorem 1, unchanged). Conversion with both
+  tails (the proof's eq. (20) bounds ``E exp(lambda |L|)`` by the SUM of the two one-sided moments,
+  not the larger): ``delta' = (delta - overhead) / 2`` and ``eps = max`` over directions of the
+  improved RDP conversion (Balle et al. 2020) of the composed forward / reverse curve at ``delta'``.
+* Local guarantee (``local``, :class:`~dprec.accounting.guarantee.LocalGuarantee`): one message is
+  ``N(phi)`` against ``N(0)``, RDP ``a c^2 / 2`` both ways, converted as above with the overhead of
+  one message; over the expected participations (``T B / N`` or ``T q``, rounded up); and over
+  ``k_max``, the smallest ``k`` with ``P(Bin(steps, q) > k) <= delta / 10``, valid at
+  ``delta + delta / 10`` because participation is data-independent.
+
+``method="paper"`` is Algorithm 7 exactly as printed (below), only for ``"with_replacement"``, with
+``threat_model=None``, ``relation=None`` and a ``caveat``: it treats every slot that misses the
+target as a draw from the prior ``p`` (the other clients' updates zero), which is not a guarantee
+against a message observer. The sections below describe the paper's model.
+
 Sampling schemes
 ----------------
 ``sampling=`` (:data:`SAMPLING_SCHEMES`) selects how clients are drawn; ``B = clients_per_round``.
