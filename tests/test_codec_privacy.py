@@ -213,6 +213,20 @@ def test_codec_accountant_is_tied_to_the_layout():
         (lambda c: c.local_epsilon(FOUR, delta=1e-5, rounds=1.5), TypeError, "rounds"),
         (lambda c: c.accountant(FOUR, num_clients=0, clients_per_round=1, delta=1e-5), ValueError, "num_clients"),
         (lambda c: c.epsilon({"w": np.zeros(3, dtype=np.int64)}, **RUN), TypeError, "template"),
+        # Threat models, relations and methods are named with the valid choices, from every accounting method.
+        (lambda c: c.epsilon(FOUR, **RUN, threat_model="curious"), ValueError, r"threat_model must be one of"),
+        (lambda c: c.epsilon(FOUR, **RUN, relation="swap"), ValueError, r"relation must be one of"),
+        (lambda c: c.epsilon(FOUR, **RUN, method="tight"), ValueError, r"method must be one of"),
+        (lambda c: c.epsilon(FOUR, **RUN, sampling="poisson", method="paper"), ValueError,
+         r"method='paper'.*with_replacement"),
+        (lambda c: c.epsilon(FOUR, **RUN, method="paper", threat_model="server"), ValueError, r"method='paper'"),
+        (lambda c: c.local_epsilon(FOUR, delta=1e-5, threat_model="curious"), ValueError, "threat_model"),
+        (lambda c: c.local_epsilon(FOUR, delta=1e-5, threat_model="central"), ValueError, "threat_model"),
+        (lambda c: c.local_epsilon(FOUR, delta=1e-5, relation="swap"), ValueError, "relation"),
+        (lambda c: c.accountant(FOUR, num_clients=100, clients_per_round=10, delta=1e-5, threat_model="curious"),
+         ValueError, "threat_model must be one of"),
+        (lambda c: c.accountant(FOUR, num_clients=100, clients_per_round=10, delta=1e-5, sampling="poisson",
+                                method="paper"), ValueError, r"method='paper'.*with_replacement"),
     ],
 )
 def test_codec_accounting_bad_arguments_are_named(call, exc, name):
@@ -224,7 +238,40 @@ def test_codec_accounting_matches_the_paper_mnist_setting():
     # MNIST (Appendix C.2): T=1000, B=10, N=100, c=0.545, delta=N^-1.1; the paper's 3.0 with
     # enough bits that the overhead is negligible.
     codec = DPRECCodec(sigma=0.01, clip_multiplier=0.545, bits=16)
-    result = codec.epsilon(FOUR, rounds=1000, clients_per_round=10, num_clients=100, delta=100**-1.1)
+    result = codec.epsilon(FOUR, rounds=1000, clients_per_round=10, num_clients=100, delta=100**-1.1, method="paper")
     assert result.epsilon == pytest.approx(3.0157, abs=2e-3)
+    assert (result.method, result.threat_model, result.relation) == ("paper", None, None)
     assert result.overhead < 1e-3 * result.delta
     assert not math.isnan(result.epsilon)
+
+
+def test_codec_accounting_states_the_threat_model_and_passes_it_down():
+    from dprec.accounting import dprec_epsilon, dprec_local_epsilon
+
+    codec = DPRECCodec(sigma=0.01, clip_multiplier=0.545, bits=16)
+    run = dict(rounds=1000, clients_per_round=10, num_clients=100, delta=100**-1.1)
+    bits = codec.layout(FOUR).total_bits
+    default = codec.epsilon(FOUR, **run)
+    # Defaults: the sound accounting against the server, zero-out; add/remove is inf with the reason.
+    assert (default.method, default.threat_model, default.relation) == ("sound", "server", "zero")
+    assert default.epsilon == default.epsilons["zero"] and math.isfinite(default.epsilon)
+    assert math.isinf(default.epsilons["add_remove"]) and default.reasons["add_remove"]
+    assert default.guarantee.threat_model == "server" and "'server'" in default.summary()
+    for tm in ("server", "messages", "central"):
+        for rel in ("zero", "add_remove"):
+            got = codec.epsilon(FOUR, **run, threat_model=tm, relation=rel)
+            want = dprec_epsilon(**run, clip_multiplier=0.545, bits=bits, threat_model=tm, relation=rel)
+            assert (got.threat_model, got.relation) == (tm, rel)
+            assert got.epsilon == want.epsilon and got.epsilons == want.epsilons and got.reasons == want.reasons
+    inf = codec.epsilon(FOUR, **run, relation="add_remove")
+    assert math.isinf(inf.epsilon) and "takes part" in inf.reasons["add_remove"]
+    # The local guarantee and the round accountant pass them down too.
+    local = codec.local_epsilon(FOUR, delta=1e-5, rounds=3, relation="add_remove")
+    assert math.isinf(local.epsilon) and local.relation == "add_remove"
+    assert codec.local_epsilon(FOUR, delta=1e-5, rounds=3, method="paper") == dprec_local_epsilon(
+        clip_multiplier=0.545, delta=1e-5, bits=bits, rounds=3, method="paper")
+    acc = codec.accountant(FOUR, num_clients=100, clients_per_round=10, delta=100**-1.1, sampling="poisson",
+                           threat_model="central")
+    assert (acc.threat_model, acc.relation, acc.method) == ("central", "zero", "sound")
+    acc.step()
+    assert acc.accounting.threat_model == "central" and acc.epsilon == acc.accounting.epsilons["zero"]

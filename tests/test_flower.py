@@ -509,6 +509,112 @@ def test_strategy_arguments():
         strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
 
 
+class FlowerLog:
+    """Collects what dprec.flower logs through Flower's logger (which may not propagate to the root)."""
+
+    def __init__(self):
+        import logging
+
+        self.lines: list[str] = []
+        self.logger = logging.getLogger("flwr")
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.lines.append(record.getMessage())
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+    def matching(self, text):
+        return [line for line in self.lines if text in line]
+
+
+def one_round(strategy, nodes=6):
+    grid = StaticGrid(nodes)
+    messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), grid))
+    return strategy.aggregate_train(1, answer(messages))
+
+
+def test_strategy_logs_and_reports_the_threat_model():
+    # Defaults: the sound DP-REC accounting against the server (it knows which node sent each message),
+    # zero-out relation; both relations in the stats and the metrics, the threat model in the log line.
+    codec = make_codec()
+    strategy = DPRECStrategy(FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA)
+    assert (strategy.threat_model, strategy.relation, strategy.method) == ("server", "zero", "sound")
+    assert strategy.guarantee is None
+    with FlowerLog() as flog:
+        _, metrics = one_round(strategy)
+    stats = strategy.history[0]
+    assert (stats.threat_model, stats.relation) == ("server", "zero")
+    assert stats.epsilons["zero"] == stats.epsilon == metrics["dprec-epsilon"] > 0
+    assert stats.epsilons["add_remove"] == float("inf") and "whether the target client takes part" in stats.reasons[
+        "add_remove"]
+    assert stats.conversion.startswith("rdp-balle") and "both tails" in stats.conversion
+    assert metrics["dprec-epsilon.server.zero"] == stats.epsilon
+    assert metrics["dprec-epsilon.server.add_remove"] == float("inf")
+    g = strategy.guarantee
+    assert (g.threat_model, g.relation, g.epsilon) == ("server", "zero", stats.epsilon)
+    acc = strategy.accountant
+    assert (acc.threat_model, acc.relation, acc.method) == ("server", "zero", "sound")
+    lines = flog.matching("DP-REC round 1:")
+    assert len(lines) == 1, flog.lines
+    assert f"epsilon = {stats.epsilon:.4f}" in lines[0]
+    assert "threat model 'server', relation 'zero', sampling without replacement, rdp-balle, both tails" in lines[0]
+    # The same epsilon as the codec's accountant with the same threat model, relation and sampling.
+    ref = codec.accountant(float_arrays(initial_arrays()), num_clients=6, clients_per_round=3, delta=DELTA,
+                           sampling="without_replacement", threat_model="server", relation="zero")
+    assert ref.step().epsilon == stats.epsilon
+
+
+@pytest.mark.parametrize("sampling", ["without_replacement", "poisson"])
+def test_strategy_without_a_guarantee_logs_inf_with_the_reason(sampling):
+    kwargs = dict(sampling="poisson", sampling_rate=0.5, rng=np.random.default_rng(1)) if sampling == "poisson" else {}
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        relation="add_remove", **kwargs,
+    )
+    with FlowerLog() as flog:
+        _, metrics = one_round(strategy)
+    stats = strategy.history[0]
+    assert stats.epsilon == metrics["dprec-epsilon"] == strategy.epsilon == float("inf")
+    assert stats.relation == "add_remove" and stats.reasons["add_remove"]
+    assert metrics["dprec-epsilon.server.zero"] == stats.epsilons["zero"] < float("inf")
+    line = flog.matching("DP-REC round 1:")[0]
+    assert "epsilon = inf" in line and "relation 'add_remove'" in line and "no guarantee" in line
+    assert stats.reasons["add_remove"] in line
+
+
+@pytest.mark.parametrize("threat_model", ["central", "messages"])
+def test_strategy_passes_the_threat_model_down(threat_model):
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        threat_model=threat_model,
+    )
+    _, metrics = one_round(strategy)
+    assert strategy.accountant.threat_model == threat_model and strategy.history[0].threat_model == threat_model
+    assert f"dprec-epsilon.{threat_model}.zero" in metrics
+    assert metrics[f"dprec-epsilon.{threat_model}.zero"] == metrics["dprec-epsilon"] < float("inf")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(threat_model="curious"), r"threat_model must be one of \('central', 'messages', 'server'\)"),
+        (dict(relation="replace"), r"relation must be one of \('add_remove', 'zero'\)"),
+        (dict(method="exact"), r"method must be one of"),
+        # Algorithm 7 is for clients sampled with replacement, which no Flower strategy does.
+        (dict(method="paper"), r"method='paper'.*with_replacement"),
+        (dict(method="paper", sampling="poisson", sampling_rate=0.5), r"method='paper'.*with_replacement"),
+        (dict(method="paper", threat_model="server"), r"method='paper'"),
+    ],
+)
+def test_strategy_refuses_bad_privacy_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, **kwargs)
+
+
 # --------------------------------------------------------------------------------------
 # Poisson sampling by the wrapper
 # --------------------------------------------------------------------------------------
@@ -783,7 +889,12 @@ def test_flower_simulation_poisson():
             # An empty round: Flower's loop carries on; no message was sent and the global model is unchanged.
             for k in globals_[r]:
                 np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k])
-            assert set(metrics.keys()) == {"dprec-epsilon", "dprec-delta", "dprec-clients"}
+            assert set(metrics.keys()) == {
+                "dprec-epsilon", "dprec-epsilon.server.zero", "dprec-epsilon.server.add_remove", "dprec-delta",
+                "dprec-clients",
+            }
+            assert metrics["dprec-epsilon.server.zero"] == metrics["dprec-epsilon"]
+            assert metrics["dprec-epsilon.server.add_remove"] == float("inf")
         np.testing.assert_array_equal(globals_[r]["steps"], [0])
         assert metrics["dprec-clients"] == count
         # Every round is composed at rate q, the empty one too.

@@ -340,8 +340,21 @@ def test_accounting_reports_the_exact_divergence_of_the_implemented_pmf():
     np.testing.assert_allclose(got, 35 * one, rtol=1e-12)
     event = codec.privacy_event(codec.layout(template), inputs=grid, sampling_rate=0.1)
     assert isinstance(event, QMGeoEvent)
-    acc = Accountant().compose(event, 20)
-    assert codec.epsilon(template, delta=1e-5, rounds=20, sampling_rate=0.1, inputs=grid) == acc.get_epsilon(1e-5)
+    # The codec's guarantee is against the server for the zero-out relation (QMGeo is a local randomizer);
+    # Accountant() defaults to central/add_remove, for which QMGeo has no bound.
+    acc = Accountant(threat_model="server", relation="zero").compose(event, 20)
+    eps = codec.epsilon(template, delta=1e-5, rounds=20, sampling_rate=0.1, inputs=grid)
+    assert math.isfinite(eps) and eps == acc.get_epsilon(1e-5)
+    g = codec.guarantee(template, delta=1e-5, rounds=20, sampling_rate=0.1, inputs=grid)
+    assert (g.mechanism, g.threat_model, g.relation, g.epsilon) == ("qmgeo", "server", "zero", eps)
+    assert math.isinf(g.epsilons["add_remove"]) and "adds or removes a message" in g.reasons["add_remove"]
+    for tm in ("central", "messages"):  # post-processing: the same number for the weaker observers
+        assert codec.epsilon(template, delta=1e-5, rounds=20, sampling_rate=0.1, inputs=grid, threat_model=tm) == eps
+    assert math.isinf(codec.epsilon(template, delta=1e-5, rounds=20, inputs=grid, relation="add_remove"))
+    with pytest.raises(ValueError, match="threat_model must be one of"):
+        codec.epsilon(template, delta=1e-5, inputs=grid, threat_model="curious")
+    with pytest.raises(ValueError, match="relation must be one of"):
+        codec.guarantee(template, delta=1e-5, inputs=grid, relation="swap")
     # amplification by sampling, where the per-round divergence is moderate (p = 0.1 spreads mass, d = 4)
     spread = QMGeoCodec(w_max=1.0, levels=8, p=0.1)
     eps = [spread.epsilon(np.zeros(4), delta=1e-5, rounds=20, sampling_rate=q, inputs=grid) for q in (1.0, 0.1, 0.01)]

@@ -150,6 +150,26 @@ def test_privacy_event_composes_to_the_same_epsilon(cls):
     assert acc.get_epsilon(1e-6, method="mironov") == pytest.approx(pipe.epsilon(), rel=1e-9)
 
 
+@pytest.mark.parametrize("cls", [secagg.DDGPipeline, secagg.SkellamPipeline], ids=["ddg", "skellam"])
+def test_epsilon_states_the_threat_model(cls):
+    # Secure aggregation reveals only the modular sum: the same guarantee against every observer, both relations.
+    pipe = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20,
+               sampling_rate=0.2)
+    g = pipe.guarantee()
+    assert (g.mechanism, g.threat_model, g.relation) == (pipe.mechanism, "server", "add_remove")
+    assert g.epsilon == pytest.approx(pipe.epsilon(), rel=1e-12) and g.epsilons["zero"] == g.epsilon
+    assert g.reasons == {} and "rdp-mironov" in g.conversion
+    for tm in ("central", "messages", "server"):
+        for rel in ("add_remove", "zero"):
+            assert pipe.epsilon(threat_model=tm, relation=rel) == pipe.epsilon()
+            assert pipe.guarantee(threat_model=tm, relation=rel).threat_model == tm
+    assert pipe.guarantee(conversion="rdp-balle").epsilon <= pipe.epsilon()
+    with pytest.raises(ValueError, match="threat_model must be one of"):
+        pipe.epsilon(threat_model="curious")
+    with pytest.raises(ValueError, match="relation must be one of"):
+        pipe.guarantee(relation="swap")
+
+
 def test_with_seed_keeps_the_calibration():
     pipe = secagg.SkellamPipeline(500, clip=1.0, bits=16, num_clients=20, seed=1, target_epsilon=2.0, delta=1e-5,
                                   sketch=(3, 100))

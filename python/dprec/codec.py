@@ -89,6 +89,18 @@ to at most 10% of delta (:func:`dprec.accounting.dprec_min_bits`); an overhead a
 delta warns :class:`dprec.accounting.DPRECPrivacyWarning`. These methods import
 :mod:`dprec.accounting` (SciPy) when called.
 
+Every one of them says whom its guarantee holds against and passes ``threat_model=``,
+``relation=`` and ``method=`` through to :mod:`dprec.accounting.dprec_rec` unchanged (see
+:mod:`dprec.accounting.guarantee`): ``method="sound"`` (default) with ``threat_model="server"``
+(the observer knows which client sent each message: a Flower server) and ``relation="zero"`` (a
+client's update against a zero update, the only relation with a bound against the server) unless
+given; the result's ``threat_model``, ``relation``, ``epsilons`` (both relations), ``reasons`` (why
+a relation has no bound: its epsilon is ``inf``) and ``.guarantee`` / ``.summary()`` state it.
+``method="paper"`` is the paper's Algorithm 7 (its table's numbers; ``sampling="with_replacement"``
+only, no threat model or relation): not a guarantee against a message observer. An unknown
+``threat_model`` / ``relation`` / ``method``, or ``method="paper"`` with another sampling or with a
+threat model, is a ValueError naming the argument and the valid choices.
+
 Byte format and layout digest
 -----------------------------
 See :mod:`dprec.message`: messages are ``33 + ceil(S/8)`` bytes with uniform bits (``S`` the
@@ -385,8 +397,9 @@ class DPRECCodec:
     Notes
     -----
     Privacy: :meth:`epsilon`, :meth:`local_epsilon` and :meth:`accountant` account a run with
-    this codec (DP-REC Algorithm 7 for clients sampled with replacement, by Poisson sampling or
-    without replacement), taking the TOTAL bits of one message from :meth:`layout` and applying
+    this codec (DP-REC, ``method="sound"`` against ``threat_model="server"`` with
+    ``relation="zero"`` unless told otherwise; ``method="paper"`` for Algorithm 7 as printed) for
+    clients sampled with replacement, by Poisson sampling or without replacement, taking the TOTAL bits of one message from :meth:`layout` and applying
     the bit-width rule: ``12 rho / 2^b >= delta`` (``rho = rounds * clients_per_round *
     exp(c^2)``) raises ValueError naming ``bits`` with the groups x bits of the message and the
     smallest bits per group that brings the overhead to at most 10% of delta; above 10% of delta
@@ -681,11 +694,15 @@ class DPRECCodec:
         delta: float,
         sampling: str = "with_replacement",
         reverse: str = "bound",
+        threat_model: str | None = None,
+        relation: str | None = None,
+        method: str = "sound",
     ) -> DPRECAccounting:
-        """Central (epsilon, delta) of a run with this codec (Algorithm 7, bit-width rule applied).
+        """Central (epsilon, delta) of a run with this codec against a stated observer (bit-width rule applied).
 
         :func:`dprec.accounting.dprec_epsilon` with ``clip_multiplier`` this codec's and ``bits``
-        the TOTAL bits of one message, ``self.layout(template).total_bits``.
+        the TOTAL bits of one message, ``self.layout(template).total_bits``; ``threat_model``,
+        ``relation`` and ``method`` are passed through unchanged.
 
         Parameters
         ----------
@@ -698,7 +715,59 @@ class DPRECCodec:
         sampling : {"with_replacement", "poisson", "without_replacement"}
             How clients are drawn each round (see :mod:`dprec.accounting.dprec_rec`).
         reverse : {"bound", "exact"}
-            ``"exact"`` is not available for ``"without_replacement"``.
+            ``method="paper"``: how the reverse term is obtained. ``"exact"`` is not available for
+            ``"without_replacement"``.
+        threat_model : {"server", "messages", "central"}, optional
+            Who observes (``method="sound"`` only); default ``"server"`` (it knows which client
+            sent each message).
+        relation : {"zero", "add_remove"}, optional
+            The neighbouring relation of ``epsilon`` (``method="sound"`` only); default ``"zero"``.
+            Both relations are in the result's ``epsilons``; one without a bound is ``inf``, with
+            the reason in ``reasons``.
+        method : {"sound", "paper"}
+            ``"paper"``: Algorithm 7 as printed (``sampling="with_replacement"``, no threat model).
+
+        Returns
+        -------
+        dprec.accounting.DPRECAccounting
+            With ``threat_model``, ``relation``, ``epsilons``, ``reasons``, ``local`` and
+            ``.guarantee`` (a :class:`dprec.accounting.PrivacyGuarantee`).
+
+        Raises
+        ------
+        ValueError
+            For invalid parameters (named; ``threat_model``, ``relation`` and ``method`` with the
+            valid choices; ``method="paper"`` with another sampling or a threat model), or when the
+            overhead ``12 rho / 2^b`` reaches delta (naming ``bits``: the message's groups x bits
+            and the smallest bits per group that would do). Warns
+            :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta.
+        """
+        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
+
+        layout = self._accounting_layout(template)
+        return dprec_rec._codec_epsilon(
+            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, rounds=rounds,
+            clients_per_round=clients_per_round, num_clients=num_clients, delta=delta, sampling=sampling,
+            reverse=reverse, threat_model=threat_model, relation=relation, method=method,
+        )
+
+    def local_epsilon(
+        self,
+        template: Any,
+        *,
+        delta: float,
+        rounds: int = 1,
+        threat_model: str | None = None,
+        relation: str | None = None,
+        method: str = "sound",
+    ) -> DPRECAccounting:
+        """Local (epsilon, delta) of a client taking part in ``rounds`` rounds (no amplification).
+
+        :func:`dprec.accounting.dprec_local_epsilon` with this codec's ``clip_multiplier`` and
+        ``bits = self.layout(template).total_bits``, the bit-width rule applied with
+        ``rho = rounds exp(c^2)``; ``threat_model`` (only ``"server"``, the default: an observer of
+        the client's own messages), ``relation`` (default ``"zero"``; ``"add_remove"`` is ``inf``
+        with the reason) and ``method`` (``"sound"`` or ``"paper"``) are passed through unchanged.
 
         Returns
         -------
@@ -707,36 +776,15 @@ class DPRECCodec:
         Raises
         ------
         ValueError
-            For invalid parameters (named), or when the overhead ``12 rho / 2^b`` reaches delta
-            (naming ``bits``: the message's groups x bits and the smallest bits per group that
-            would do). Warns :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta.
-        """
-        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
-
-        layout = self._accounting_layout(template)
-        return dprec_rec._codec_epsilon(
-            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, rounds=rounds,
-            clients_per_round=clients_per_round, num_clients=num_clients, delta=delta, sampling=sampling,
-            reverse=reverse,
-        )
-
-    def local_epsilon(self, template: Any, *, delta: float, rounds: int = 1) -> DPRECAccounting:
-        """Local (epsilon, delta) of a client taking part in ``rounds`` rounds (no amplification).
-
-        :func:`dprec.accounting.dprec_local_epsilon` with this codec's ``clip_multiplier`` and
-        ``bits = self.layout(template).total_bits``, the bit-width rule applied with
-        ``rho = rounds exp(c^2)``.
-
-        Returns
-        -------
-        dprec.accounting.DPRECAccounting
+            For invalid parameters (named, with the valid choices), ``threat_model`` other than
+            ``"server"``, or an overhead that reaches delta (naming ``bits``).
         """
         from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         layout = self._accounting_layout(template)
         return dprec_rec._codec_local_epsilon(
             clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, delta=delta,
-            rounds=rounds,
+            rounds=rounds, threat_model=threat_model, relation=relation, method=method,
         )
 
     def accountant(
@@ -750,19 +798,30 @@ class DPRECCodec:
         rounds: int | None = None,
         reverse: str = "bound",
         sampling_rate: float | None = None,
+        threat_model: str | None = None,
+        relation: str | None = None,
+        method: str = "sound",
     ) -> DPRECRoundAccountant:
         """A :class:`dprec.accounting.DPRECRoundAccountant` for a server loop using this codec.
 
         Step it once per round (``acc.step()``, or ``acc.step(clients_per_round=k)`` when a
-        round had ``k`` clients); ``acc.epsilon`` is the guarantee so far. ``bits`` is
-        ``self.layout(template).total_bits``; with ``rounds`` (the planned total) the bit-width
-        rule is checked now, and it is checked again at every step. For ``sampling="poisson"``
-        give either ``clients_per_round`` (the expected count, rate ``B / N``) or the rate
-        itself as ``sampling_rate``.
+        round had ``k`` clients); ``acc.epsilon`` is the guarantee so far, against
+        ``acc.threat_model`` under ``acc.relation`` (``acc.accounting`` has both relations and the
+        reasons). ``bits`` is ``self.layout(template).total_bits``; with ``rounds`` (the planned
+        total) the bit-width rule is checked now, and it is checked again at every step. For
+        ``sampling="poisson"`` give either ``clients_per_round`` (the expected count, rate
+        ``B / N``) or the rate itself as ``sampling_rate``. ``threat_model`` (default ``"server"``),
+        ``relation`` (default ``"zero"``) and ``method`` (default ``"sound"``) are passed through
+        as in :meth:`epsilon`.
 
         Returns
         -------
         dprec.accounting.DPRECRoundAccountant
+
+        Raises
+        ------
+        ValueError
+            As :meth:`epsilon` (named arguments with the valid choices).
         """
         from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
@@ -770,7 +829,8 @@ class DPRECCodec:
         return dprec_rec.DPRECRoundAccountant(
             clip_multiplier=self._clip_multiplier, bits=layout.total_bits, num_clients=num_clients,
             clients_per_round=clients_per_round, delta=delta, sampling=sampling, reverse=reverse, rounds=rounds,
-            groups=layout.num_groups, sampling_rate=sampling_rate,
+            groups=layout.num_groups, sampling_rate=sampling_rate, threat_model=threat_model, relation=relation,
+            method=method,
         )
 
     # -- server ---------------------------------------------------------------------------

@@ -83,9 +83,9 @@ server adds to the sum: in DP-REC the noise travels inside each client's message
 
 For example (``dprec.accounting.dprec_epsilon(..., bits=None)``, overhead omitted),
 ``T = 1000`` rounds, ``B = 10`` of ``N = 100`` clients per round (``q = 0.1``), ``c = 0.5``,
-``delta = N^-1.1``: epsilon 61.08 either way. The two modes give the same guarantee at
-``q = B / N``; Poisson sampling allows rates that are not a multiple of ``1 / N``. Both bounds
-hold against the server, which sees every message and who sent it. (Wang, Balle and
+``delta = N^-1.1``: epsilon 32.38 either way (``threat_model="server"``, ``relation="zero"``,
+both tails). The two modes give the same guarantee at ``q = B / N``; Poisson sampling allows
+rates that are not a multiple of ``1 / N``. Both bounds hold against the server, which sees every message and who sent it. (Wang, Balle and
 Kasiviswanathan's bound for sampling without replacement covers only mechanisms symmetric in
 the clients, such as DP-FedAvg's noisy sum, so it is not used.)
 
@@ -98,7 +98,19 @@ before any message is sent. ``FedAvg`` sizes its sample from the nodes connected
 moment, so ``min_train_nodes`` fixes ``B``.
 Under Poisson sampling epsilon depends on ``q`` only; ``N`` enters through the ``ceil(q N)``
 messages per round counted in the overhead (a warning is logged if more nodes connect later).
-Epsilon is logged with Flower's logger after every round. The accountant enforces the bit-width
+Epsilon is logged with Flower's logger after every round, together with whom it holds against:
+``DPRECStrategy(threat_model=..., relation=..., method=...)`` are passed to the accountant
+unchanged (defaults ``"server"``, ``"zero"``, ``"sound"``: a Flower server knows which node sent
+each message, and zero-out, a client's update against a zero update, is the only relation with a
+bound against it), e.g. ``epsilon = 3.2 at delta = 1e-05 (threat model 'server', relation 'zero',
+sampling without replacement, rdp-balle, both tails)``. A combination without a bound
+(``relation="add_remove"`` against any observer here: an added client adds a message) is logged
+as ``inf`` with the reason. The per-round metrics carry ``"dprec-epsilon"`` (for ``relation``)
+and ``"dprec-epsilon.<threat model>.<relation>"`` for both relations (``inf`` where none is
+proved); :class:`DPRECRound` and :attr:`DPRECStrategy.guarantee` carry the rest (reasons,
+conversion). ``method="paper"`` (the paper's Algorithm 7) is defined only for clients sampled
+with replacement, which no Flower strategy does: it is refused (ValueError naming ``method``).
+The accountant enforces the bit-width
 rule (the importance-sampling overhead must stay well below ``delta``): split large tensors
 with ``max_group_size`` for enough bits per message.
 
@@ -516,8 +528,17 @@ class DPRECRound:
     num_rejected : int
         Replies without a valid DP-REC message for this model (skipped, logged).
     epsilon : float
-        Epsilon after this round (``inf`` if the accountant cannot bound it).
+        Epsilon after this round against ``threat_model`` under ``relation`` (``inf`` where no
+        bound is proved: see ``reasons``).
     delta : float
+    threat_model, relation : str
+        Whom ``epsilon`` holds against and its neighbouring relation (the strategy's).
+    epsilons : dict
+        Relation -> epsilon after this round, for both relations.
+    reasons : dict
+        Relation -> why there is no bound, for the infinite entries only.
+    conversion : str
+        How the composed curves became (epsilon, delta).
     message_bytes : tuple of int
         Length of each aggregated client's DP-REC message.
     wire_bytes : tuple of int
@@ -536,6 +557,11 @@ class DPRECRound:
     num_rejected: int = 0
     epsilon: float = 0.0
     delta: float = 0.0
+    threat_model: str = ""
+    relation: str = ""
+    epsilons: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
+    conversion: str = ""
     message_bytes: tuple[int, ...] = ()
     wire_bytes: tuple[int, ...] = ()
     float32_wire_bytes: int = 0
@@ -557,8 +583,11 @@ class DPRECStrategy(Strategy):
     * in :meth:`aggregate_train`: parses every reply's bytes, decodes and averages them in
       one pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean``
       for the floating arrays (other arrays unchanged), steps the accountant, logs epsilon
-      and the bytes on the wire, and adds them to the returned ``MetricRecord``:
-      ``"dprec-epsilon"``, ``"dprec-delta"``, ``"dprec-clients"`` (messages aggregated),
+      with its threat model, relation, sampling and conversion (``inf`` with the reason where
+      no bound is proved) and the bytes on the wire, and adds them to the returned
+      ``MetricRecord``: ``"dprec-epsilon"`` (for ``relation``),
+      ``"dprec-epsilon.<threat_model>.<relation>"`` (both relations), ``"dprec-delta"``,
+      ``"dprec-clients"`` (messages aggregated),
       ``"dprec-message-bytes"``, ``"dprec-wire-bytes"`` (per client: the serialized
       ``ConfigRecord``) and ``"float32-wire-bytes"`` (per client: the same arrays as a
       float32 ``ArrayRecord``).
@@ -573,7 +602,8 @@ class DPRECStrategy(Strategy):
     ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)`` at order ``a`` (``q = B / N`` without
     replacement): unlike DP-FedAvg, DP-REC gets no sampled-Gaussian amplification. With
     ``T = 1000``, ``q = 10/100``, ``c = 0.5``, ``delta = 100^-1.1``
-    (:func:`dprec.accounting.dprec_epsilon`, ``bits=None``): epsilon 61.08 in both modes.
+    (:func:`dprec.accounting.dprec_epsilon`, ``bits=None``, against the server, zero-out): epsilon 32.38 in
+    both modes.
     Under Poisson sampling the number of clients per round varies (the mean's denominator is
     the realised count), every round is accounted (an empty round too: it sends nothing and
     returns the global arrays unchanged).
@@ -615,6 +645,17 @@ class DPRECStrategy(Strategy):
     reverse : {"bound", "exact"}
         The accountant's reverse-divergence method; both give the same numbers here (each
         round's divergence is exact and symmetric).
+    threat_model : {"server", "messages", "central"}, optional
+        Whom the logged epsilon holds against, passed to the accountant
+        (:func:`dprec.accounting.dprec_epsilon`); default ``"server"``: Flower's server knows
+        which node sent each message.
+    relation : {"zero", "add_remove"}, optional
+        The neighbouring relation of the logged ``"dprec-epsilon"``; default ``"zero"`` (a
+        client's update against a zero update). ``"add_remove"`` has no bound under these
+        sampling schemes (an added client adds a message): ``inf``, logged with the reason.
+    method : {"sound"}
+        ``"sound"`` (default). ``"paper"`` (Algorithm 7) is only defined for clients sampled
+        with replacement, which no Flower strategy does: ValueError naming ``method``.
     sampling : {"without_replacement", "poisson"}
         Who selects each round's nodes and how it is accounted (see above).
     sampling_rate : float, optional
@@ -640,8 +681,12 @@ class DPRECStrategy(Strategy):
         The global arrays of the round being trained.
     sampling : str
     sampling_rate : float or None
+    threat_model, relation, method : str
+        As given (defaults filled in).
     accountant : dprec.accounting.DPRECRoundAccountant or None
         Created when the first round is configured.
+    guarantee : dprec.accounting.PrivacyGuarantee or None
+        The guarantee so far (None before the first accounted round).
     history : list of DPRECRound
         One entry per configured training round.
     """
@@ -660,6 +705,9 @@ class DPRECStrategy(Strategy):
         sampling: str = "without_replacement",
         sampling_rate: float | None = None,
         rng: np.random.Generator | None = None,
+        threat_model: str | None = None,
+        relation: str | None = None,
+        method: str = "sound",
     ) -> None:
         super().__init__()
         if not isinstance(strategy, Strategy):
@@ -700,6 +748,10 @@ class DPRECStrategy(Strategy):
                 raise ValueError("sampling_rate is only used with sampling='poisson'")
             if rng is not None:
                 raise ValueError("rng is only used with sampling='poisson' (the wrapped strategy samples otherwise)")
+        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
+
+        # ValueError naming threat_model / relation / method (with the valid choices) now, not after a round.
+        self.method, self.threat_model, self.relation = dprec_rec._resolve(method, threat_model, relation, sampling)
         self.strategy = strategy
         self.codec = codec
         self.delta = float(delta)
@@ -734,7 +786,10 @@ class DPRECStrategy(Strategy):
 
     def __repr__(self) -> str:
         how = "" if self.sampling != "poisson" else f", sampling='poisson', sampling_rate={self.sampling_rate!r}"
-        return f"DPRECStrategy({self.strategy!r}, {self.codec!r}, delta={self.delta!r}{how})"
+        return (
+            f"DPRECStrategy({self.strategy!r}, {self.codec!r}, delta={self.delta!r}{how}, "
+            f"threat_model={self.threat_model!r}, relation={self.relation!r})"
+        )
 
     def _sampling_text(self) -> str:
         if self.sampling == "poisson":
@@ -743,14 +798,53 @@ class DPRECStrategy(Strategy):
 
     @property
     def epsilon(self) -> float:
-        """Epsilon spent so far (0.0 before the first aggregated round)."""
+        """Epsilon spent so far against :attr:`threat_model` under :attr:`relation` (0.0 before the
+        first aggregated round; ``inf`` where no bound is proved)."""
         return 0.0 if self.accountant is None else float(self.accountant.epsilon)
+
+    @property
+    def guarantee(self) -> Any:
+        """The :class:`dprec.accounting.PrivacyGuarantee` so far (None before the first accounted round)."""
+        accounting = None if self.accountant is None else self.accountant.accounting
+        return None if accounting is None else accounting.guarantee
+
+    def _privacy_text(self, conversion: str = "") -> str:
+        """``threat model 'server', relation 'zero', <sampling>[, <conversion>]`` for the logs."""
+        text = f"threat model {self.threat_model!r}, relation {self.relation!r}, {self._sampling_text()}"
+        return f"{text}, {conversion}" if conversion else text
+
+    def _record_privacy(self, stats: DPRECRound, accounting: Any) -> None:
+        """Copy the accounting's epsilon, threat model, relations and reasons into ``stats``."""
+        stats.threat_model, stats.relation = str(self.threat_model), str(self.relation)
+        if accounting is None:
+            stats.epsilon, stats.delta = 0.0, self.delta
+            return
+        stats.epsilon, stats.delta = float(accounting.epsilon), float(accounting.delta)
+        stats.epsilons = {k: float(v) for k, v in accounting.epsilons.items()}
+        stats.reasons = dict(accounting.reasons)
+        # "rdp-balle, both tails: max over directions at ..." -> "rdp-balle, both tails"
+        stats.conversion = str(getattr(accounting, "conversion", "") or "").split(":")[0]
+
+    def _epsilon_text(self, stats: DPRECRound) -> str:
+        """``epsilon = 3.2000 at delta = 1e-05 (threat model ..., relation ..., ...)``, or inf with the reason."""
+        where = self._privacy_text(stats.conversion)
+        if math.isfinite(stats.epsilon):
+            return f"epsilon = {stats.epsilon:.4f} at delta = {stats.delta:g} ({where})"
+        reason = stats.reasons.get(stats.relation, "no bound is proved")
+        return f"epsilon = inf at delta = {stats.delta:g} ({where}): no guarantee, {reason}"
+
+    def _privacy_metrics(self, stats: DPRECRound, metrics: MetricRecord) -> MetricRecord:
+        metrics["dprec-epsilon"] = stats.epsilon
+        for rel, eps in stats.epsilons.items():
+            metrics[f"dprec-epsilon.{stats.threat_model}.{rel}"] = eps
+        metrics["dprec-delta"] = stats.delta
+        return metrics
 
     def summary(self) -> None:
         """Log the DP-REC settings, then the wrapped strategy's summary."""
         log(INFO, "\t├──> DP-REC settings:")
         log(INFO, "\t│\t├── Codec: %s", self.codec)
-        log(INFO, "\t│\t├── delta: %g (%s)", self.delta, self._sampling_text())
+        log(INFO, "\t│\t├── delta: %g (%s)", self.delta, self._privacy_text())
         how = "uniform mean" if self.weighted_by_key is None else f"weighted by {self.weighted_by_key!r}"
         log(INFO, "\t│\t└── Aggregation: %s", how)
         self.strategy.summary()
@@ -970,6 +1064,9 @@ class DPRECStrategy(Strategy):
                 sampling="poisson",
                 rounds=self.num_rounds,
                 reverse=self.reverse,
+                threat_model=self.threat_model,
+                relation=self.relation,
+                method=self.method,
             )
         return self.codec.accountant(
             template,
@@ -979,6 +1076,9 @@ class DPRECStrategy(Strategy):
             sampling="without_replacement",
             rounds=self.num_rounds,
             reverse=self.reverse,
+            threat_model=self.threat_model,
+            relation=self.relation,
+            method=self.method,
         )
 
     def _float32_wire_nbytes(self, layout: Layout, template: Mapping[str, np.ndarray]) -> int:
@@ -1048,7 +1148,7 @@ class DPRECStrategy(Strategy):
             stats.num_failed,
             stats.num_rejected,
         )
-        stats.epsilon, stats.delta = self.epsilon, self.delta
+        self._record_privacy(stats, None if self.accountant is None else self.accountant.accounting)
         if not msgs:
             return self._no_update(stats)
         weights = None
@@ -1071,8 +1171,7 @@ class DPRECStrategy(Strategy):
         else:
             accounting = self.accountant.step(clients_per_round=stats.num_sampled)
         stats.num_aggregated = len(msgs)
-        stats.epsilon = float(accounting.epsilon)
-        stats.delta = float(accounting.delta)
+        self._record_privacy(stats, accounting)
         stats.message_bytes = tuple(m.nbytes for m in msgs)
         stats.wire_bytes = tuple(wire)
         stats.float32_wire_bytes = self._float32_wire_nbytes(layout, template)
@@ -1081,23 +1180,20 @@ class DPRECStrategy(Strategy):
         per_client = _mean_int(stats.wire_bytes)
         log(
             INFO,
-            "DP-REC round %d: epsilon = %.4f at delta = %g after %d rounds (%d of %d clients, %s); "
+            "DP-REC round %d: %s after %d rounds (%d of %d clients); "
             "%s bytes per client on the wire vs %d as float32 (%.0fx less)",
             server_round,
-            stats.epsilon,
-            stats.delta,
+            self._epsilon_text(stats),
             self.accountant.rounds,
             stats.num_sampled,
             self.accountant.num_clients,
-            self._sampling_text(),
             per_client,
             stats.float32_wire_bytes,
             stats.float32_wire_bytes / per_client,
         )
         metrics = self._aggregate_metrics(ok)
         metrics = MetricRecord() if metrics is None else metrics
-        metrics["dprec-epsilon"] = stats.epsilon
-        metrics["dprec-delta"] = stats.delta
+        metrics = self._privacy_metrics(stats, metrics)
         metrics["dprec-clients"] = stats.num_aggregated
         metrics["dprec-message-bytes"] = _mean_int(stats.message_bytes)
         metrics["dprec-wire-bytes"] = per_client
@@ -1115,16 +1211,15 @@ class DPRECStrategy(Strategy):
         log(
             INFO,
             "DP-REC round %d: no update (%d nodes selected, %d messages aggregated); global arrays unchanged, "
-            "epsilon = %.4f at delta = %g after %d rounds (%s)",
+            "%s after %d rounds",
             stats.server_round,
             stats.num_sampled,
             stats.num_aggregated,
-            stats.epsilon,
-            stats.delta,
+            self._epsilon_text(stats),
             self.accountant.rounds,
-            self._sampling_text(),
         )
-        metrics = MetricRecord({"dprec-epsilon": stats.epsilon, "dprec-delta": stats.delta, "dprec-clients": 0})
+        metrics = self._privacy_metrics(stats, MetricRecord())
+        metrics["dprec-clients"] = 0
         return self.current_arrays, metrics
 
     # -- evaluation -------------------------------------------------------------------------

@@ -69,8 +69,8 @@ The message format needs no kernels; only its :meth:`QMGeoMessage.indices` do.
 
 Privacy accounting
 ------------------
-:meth:`QMGeoCodec.rdp`, :meth:`QMGeoCodec.privacy_event` and :meth:`QMGeoCodec.epsilon` report
-the per-round guarantee through :mod:`dprec.accounting.qmgeo`: the **exact** Renyi divergence of
+:meth:`QMGeoCodec.rdp`, :meth:`QMGeoCodec.privacy_event`, :meth:`QMGeoCodec.epsilon` and
+:meth:`QMGeoCodec.guarantee` report the per-round guarantee through :mod:`dprec.accounting.qmgeo`: the **exact** Renyi divergence of
 the implemented pmf, composed over the ``d`` coordinates of the template, optionally amplified by
 Poisson sampling of records. Over the whole interval ``[-w_max, w_max]`` it is **infinite** for
 every ``p`` and ``R``: ``-w_max`` and ``+w_max`` are quantized deterministically to the two end
@@ -78,6 +78,12 @@ levels (see :mod:`dprec.accounting.qmgeo`). It is finite only for coordinates re
 finite set of inputs strictly between levels (``inputs=``), a promise the encoder does not check.
 :meth:`QMGeoCodec.paper_formulas` gives the paper's eqs. (20), (26) and ``|eq. (27)|`` for the
 template, labelled as the paper's: they are not guarantees for this quantizer.
+
+Threat model: QMGeo is a local randomizer, so its guarantee holds against the ``"server"``, which
+knows which client sent each message (the default ``threat_model`` of :meth:`QMGeoCodec.epsilon`
+and :meth:`QMGeoCodec.guarantee`), and hence against the weaker ``"messages"`` and ``"central"``
+observers. The curve compares a client's message under two inputs: ``relation="zero"`` (the
+default). ``relation="add_remove"`` is ``inf`` with the reason (an added client adds a message).
 """
 
 from __future__ import annotations
@@ -98,7 +104,7 @@ from .message import _as_bytes, _check_crc, _hash_tensors, _seal
 from .qmgeo import MAX_LEVELS, MAX_QUANTIZE_ELEMENTS, _check_host_backend, _probability, index_bits
 
 if TYPE_CHECKING:  # dprec.accounting needs SciPy: imported lazily by the accounting methods
-    from .accounting import QMGeoEvent
+    from .accounting import PrivacyGuarantee, QMGeoEvent
 
 __all__ = [
     "QMGeoCodec",
@@ -655,16 +661,64 @@ class QMGeoCodec:
         rounds: int = 1,
         sampling_rate: float = 1.0,
         inputs: Any = None,
+        threat_model: str = "server",
+        relation: str = "zero",
     ) -> float:
-        """(epsilon, ``delta``)-DP of ``rounds`` rounds, from the exact RDP (:meth:`rdp`).
+        """(epsilon, ``delta``)-DP of ``rounds`` rounds against ``threat_model``, from the exact RDP (:meth:`rdp`).
 
-        ``inf`` unless ``inputs`` restricts the coordinates to a finite set (module docstring).
+        ``self.guarantee(...).epsilon`` (see :meth:`guarantee`): ``inf`` unless ``inputs``
+        restricts the coordinates to a finite set (module docstring), and ``inf`` for
+        ``relation="add_remove"`` (the reason is in :meth:`guarantee`'s ``reasons``).
         """
+        return self.guarantee(
+            template, delta=delta, rounds=rounds, sampling_rate=sampling_rate, inputs=inputs,
+            threat_model=threat_model, relation=relation,
+        ).epsilon
+
+    def guarantee(
+        self,
+        template: Any,
+        *,
+        delta: float,
+        rounds: int = 1,
+        sampling_rate: float = 1.0,
+        inputs: Any = None,
+        threat_model: str = "server",
+        relation: str = "zero",
+    ) -> PrivacyGuarantee:
+        """The :class:`dprec.accounting.PrivacyGuarantee` of ``rounds`` rounds in which the client takes part.
+
+        :meth:`privacy_event` composed ``rounds`` times by an
+        :class:`dprec.accounting.Accountant` with this ``threat_model`` and ``relation``, converted
+        at ``delta`` (the improved RDP conversion, both directions).
+
+        QMGeo is a local randomizer: the curve bounds one client's message under a change of its
+        input, so it holds against the ``"server"`` (the default: it knows who sent each message)
+        and hence, by post-processing, against ``"messages"`` and ``"central"`` observers, for
+        ``relation="zero"`` (the default: the client's input replaced). ``relation="add_remove"``
+        has no bound (an added client adds a message): ``inf``, with the reason in ``reasons``.
+        ``sampling_rate`` is the Poisson rate of records inside the client (the paper's kappa).
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``threat_model`` or ``relation`` (naming it, with the valid choices)
+            and other invalid parameters (named).
+        """
+        import dataclasses  # noqa: PLC0415
+
         rounds = check_int(rounds, "rounds", 1, 1 << 62)
         from .accounting import Accountant  # noqa: PLC0415 - SciPy is optional
+        from .accounting.guarantee import check_relation, check_threat_model  # noqa: PLC0415
 
+        tm = check_threat_model(threat_model)
+        rel = check_relation(relation)
         event = self.privacy_event(template, sampling_rate=sampling_rate, inputs=inputs)
-        return float(Accountant().compose(event, rounds).get_epsilon(delta))
+        result = Accountant(threat_model=tm, relation=rel).compose(event, rounds).guarantee(delta)
+        return dataclasses.replace(
+            result, mechanism="qmgeo", sampling="poisson (records)" if sampling_rate < 1.0 else None,
+            composition=f"{rounds} rounds of the client's QMGeo message (adaptive RDP composition)",
+        )
 
     def paper_formulas(self, template: Any, *, sampling_rate: float = 1.0, alpha: float = 2.0) -> QMGeoPaperFormulas:
         """The paper's eqs. (20), (26) and ``|eq. (27)|`` for this codec and template, as printed

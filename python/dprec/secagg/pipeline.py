@@ -23,6 +23,12 @@ deviations of an aggregate coordinate fit in ``[-M/2, M/2)``, with ``k`` from th
 wrap probability asked for; when the noise is calibrated to a target epsilon, ``gamma`` and the
 noise are solved together (the sensitivity after rounding depends on ``gamma``), and the noise
 is always the one :mod:`dprec.accounting.discrete` certifies for the ``gamma`` actually used.
+
+Threat model: the server (and anyone else) sees only the modular sum, so the accounted guarantee
+(:meth:`DistributedPipeline.epsilon`, :meth:`DistributedPipeline.guarantee`) holds against the
+``"server"`` (their default ``threat_model``), and so against ``"messages"`` and ``"central"``
+observers, for ``relation`` ``"add_remove"`` (default) and ``"zero"`` alike (one client's
+sensitivity); a calibration to ``target_epsilon`` therefore holds for all of them.
 """
 
 from __future__ import annotations
@@ -386,16 +392,60 @@ class DistributedPipeline:
         """Union bound over the ``padded_dim`` coordinates of :attr:`wrap_probability`."""
         return min(1.0, self.padded_dim * self.wrap_probability)
 
-    def epsilon(self, delta: Optional[float] = None) -> float:
-        """The accounted epsilon at ``delta`` (default: the pipeline's delta)."""
+    def _guarantee_delta(self, delta: Optional[float]) -> float:
         d = self._delta if delta is None else check_positive(delta, "delta")
         if d is None:
             raise ValueError("epsilon needs delta (pass delta here or to the pipeline)")
+        return d
+
+    def epsilon(
+        self, delta: Optional[float] = None, *, threat_model: str = "server", relation: str = "add_remove"
+    ) -> float:
+        """The accounted epsilon at ``delta`` (default: the pipeline's delta) against ``threat_model``.
+
+        Secure aggregation reveals only the modular sum of the clients' noisy vectors, to every
+        observer: the guarantee is the same finite number for ``threat_model`` ``"server"`` (the
+        default, because it holds against the server that runs the aggregation), ``"messages"``
+        and ``"central"``, and for ``relation`` ``"add_remove"`` (the default) and ``"zero"`` (the
+        sensitivity of one client either way). Both are validated (ValueError naming the argument
+        and the valid choices). :meth:`guarantee` returns the full
+        :class:`dprec.accounting.PrivacyGuarantee`.
+        """
+        from ..accounting.guarantee import check_relation, check_threat_model  # noqa: PLC0415
+
+        check_threat_model(threat_model)
+        check_relation(relation)
+        d = self._guarantee_delta(delta)
         saved, self._delta = self._delta, d
         try:
             return self._accounted_epsilon(self._sigma, self._gamma)
         finally:
             self._delta = saved
+
+    def guarantee(
+        self,
+        delta: Optional[float] = None,
+        *,
+        threat_model: str = "server",
+        relation: str = "add_remove",
+        conversion: str = "rdp-mironov",
+    ) -> Any:
+        """The :class:`dprec.accounting.PrivacyGuarantee` of the pipeline's ``steps`` rounds at ``delta``.
+
+        :func:`dprec.accounting.ddg_guarantee` / :func:`~dprec.accounting.skellam_guarantee` with
+        this pipeline's sensitivity after rounding, noise, clients, padded dimension, granularity
+        and sampling rate: one finite curve for every ``threat_model`` (default ``"server"``; see
+        :meth:`epsilon`) and both relations (default ``"add_remove"``). ``conversion``
+        ``"rdp-mironov"`` (default: the conversion :meth:`epsilon` and the calibration use, so
+        the two agree) or ``"rdp-balle"`` (tighter).
+        """
+        d = self._guarantee_delta(delta)
+        fn = _acct.ddg_guarantee if self.mechanism == "ddg" else _acct.skellam_guarantee
+        return fn(
+            delta=d, steps=self._steps, threat_model=threat_model, relation=relation, conversion=conversion,
+            l2_sensitivity=self.l2_sensitivity, noise_stddev=self._sigma, num_clients=self._n, dim=self.padded_dim,
+            granularity=self._gamma, sampling_rate=self._sampling_rate,
+        )
 
     def privacy_event(self) -> Any:
         """One round of this pipeline as an event of :class:`dprec.accounting.Accountant`.
