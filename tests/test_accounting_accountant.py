@@ -95,11 +95,31 @@ def test_generic_rdp_event_and_history():
 
 
 def test_overhead_larger_than_delta_fails_clearly():
-    acc = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
-    acc.compose(DPRECEvent(1.227, 1 / 342_477, bits=42), count=90_000)
+    # StackOverflow at 42 bits: 90_000 steps at c = 1.227.
+    delta = 342_477**-1.1
+    ev = dict(clip_multiplier=1.227, sampling_rate=1 / 342_477, bits=42)
+    # method="paper" (no threat model): Theorem 1's 12 rho / 2^b >= delta.
+    paper = Accountant(threat_model=None, orders=np.arange(2, 40))
+    paper.compose(DPRECEvent(**ev, method="paper"), count=90_000)
     with pytest.raises(ValueError, match="overhead"):
-        acc.get_epsilon(342_477**-1.1)
-    assert acc.get_delta(100.0) == pytest.approx(dprec_overhead(90_000, 1.227, 42), rel=1e-6)
+        paper.get_epsilon(delta)
+    assert paper.get_delta(100.0) == pytest.approx(dprec_overhead(90_000, 1.227, 42), rel=1e-6)
+    # Sound, central: REC's total-variation cost eta = 90_000 * 12 e^(c^2) / 2^42 = 1.1e-6 > delta / 2.
+    eta = 90_000 * 12 * math.exp(1.227**2) / 2**42
+    central = Accountant(threat_model="central", relation="zero", orders=np.arange(2, 40))
+    central.compose(DPRECEvent(**ev), count=90_000)
+    assert central.overhead_delta == 0.0 and central.rec_total_variation == pytest.approx(eta, rel=1e-9)
+    with pytest.raises(ValueError, match=r"total-variation.*bits"):
+        central.get_epsilon(delta)
+    for eps in (0.5, 3.0):  # delta(eps) pays (1 + e^eps) eta on top of the conversion
+        assert central.get_delta(eps) >= min(1.0, (1 + math.exp(eps)) * eta)
+    # Sound, server: REC's messages bounded directly, no overhead, any bits.
+    server = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
+    server.compose(DPRECEvent(**ev), count=90_000)
+    assert server.overhead_delta == 0.0 and server.rec_total_variation == 0.0
+    assert math.isfinite(server.get_epsilon(delta))
+    eight = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
+    assert eight.compose(DPRECEvent(**dict(ev, bits=8)), count=90_000).get_epsilon(delta) == server.get_epsilon(delta)
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,15 @@ def _sound_eps(curve: np.ndarray, orders: np.ndarray, delta: float, overhead: fl
     return float(max(0.0, np.min(eps)))
 
 
+def _rec_round(q: float, c: float, orders) -> tuple[np.ndarray, np.ndarray]:
+    """A Poisson round of DP-REC's messages as sent (seed and index visible to the server):
+    log(1 - q + q exp(a^2 c^2)) / (a-1) forward, log(1 - q + q exp((a-1)^2 c^2)) / (a-1) reverse."""
+    a = np.asarray(orders, dtype=float)
+    fwd = np.logaddexp(math.log1p(-q), math.log(q) + a * a * c * c) / (a - 1.0)
+    rev = np.logaddexp(math.log1p(-q), math.log(q) + (a - 1.0) ** 2 * c * c) / (a - 1.0)
+    return fwd, rev
+
+
 def test_scheme_names():
     assert SAMPLING_SCHEMES == ("with_replacement", "poisson", "without_replacement")
 
@@ -322,21 +331,26 @@ def test_stepping_equals_dprec_epsilon_exactly(sampling, reverse):
 
 
 @pytest.mark.parametrize("sampling", ["poisson", "without_replacement"])
-def test_varying_clients_per_round(sampling):
-    acc = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **RUN)
+@pytest.mark.parametrize("bits", [None, 45])
+def test_varying_clients_per_round(sampling, bits):
+    acc = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **dict(RUN, bits=bits))
     acc.step()
     acc.step(clients_per_round=40)
     result = acc.step(rounds=2)
     orders = np.arange(2.0, 258.0)
-    curve = {b: _poisson_round(b / 500, 0.8, orders) for b in (10, 40)}  # the same exact round for both
-    composed = 3 * curve[10] + curve[40]
-    overhead = dprec_overhead(70, 0.8, 45)
-    assert result.epsilon == pytest.approx(_sound_eps(composed, orders, 1e-6, overhead), rel=1e-12)
+    if bits is None:  # the Gaussian variant: the same exact round for both schemes
+        fwd = {b: _poisson_round(b / 500, 0.8, orders) for b in (10, 40)}
+        rev = fwd
+    else:  # REC's messages as sent (server, zero): the seed-visible per-message bound, no overhead
+        fwd, rev = ({b: _rec_round(b / 500, 0.8, orders)[i] for b in (10, 40)} for i in (0, 1))
+    expected = max(_sound_eps(3 * fwd[10] + fwd[40], orders, 1e-6), _sound_eps(3 * rev[10] + rev[40], orders, 1e-6))
+    assert result.epsilon == pytest.approx(expected, rel=1e-12)
+    assert result.overhead == 0.0
     assert (result.messages, result.rounds, result.steps) == (70, 4, 4)
     assert result.sampling_rate == pytest.approx(70 / (4 * 500))
     assert result.rho == pytest.approx(70 * math.exp(0.64))
     # More clients in a round cost more privacy than fewer.
-    fewer = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **RUN).step(rounds=4)
+    fewer = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **dict(RUN, bits=bits)).step(rounds=4)
     assert fewer.epsilon < result.epsilon
 
 
@@ -388,41 +402,73 @@ def test_min_bits_is_the_smallest_that_satisfies_the_rule():
 
 
 def test_dprec_epsilon_error_explains_total_bits():
-    # 7 bits for a whole MNIST run: the old message was a bare "overhead 1.26e+03".
+    # 7 bits for a whole MNIST run: the old message was a bare "overhead 1.26e+03". The bit-width rule
+    # is Theorem 1's (method="paper").
     kw = dict(rounds=1000, clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=1e-5)
     need = dprec_min_bits(messages=10_000, clip_multiplier=0.545, delta=1e-5)
     with pytest.raises(ValueError, match=r"bits=7 is too few: `bits` is the TOTAL bits of one client message") as err:
-        dprec_epsilon(**kw, bits=7)
+        dprec_epsilon(**kw, bits=7, method="paper")
     text = str(err.value)
     assert "bits per group x number of groups" in text and "layout(template).total_bits" in text
     assert "= 1.26e+03 is 1.26e+08 times delta=1e-05" in text
     assert f"at least {need} total bits" in text
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # dprec_epsilon raises but never warns
-        dprec_epsilon(**kw, bits=need - 1)
+        dprec_epsilon(**kw, bits=need - 1, method="paper")
+        # Sound, against the server or a message observer: REC's messages are bounded directly, any bits.
+        for tm in ("server", "messages"):
+            few, many = (dprec_epsilon(**kw, bits=b, threat_model=tm) for b in (7, 64))
+            assert math.isfinite(few.epsilon) and few.epsilon == many.epsilon and few.overhead == 0.0
+    # Sound, central: REC's total-variation cost 12 * 10^4 * e^0.297 / 2^7 is far above delta / 2.
+    with pytest.raises(ValueError, match=r"bits=7 .*too few for a central guarantee"):
+        dprec_epsilon(**kw, bits=7, threat_model="central")
 
 
 def test_planned_rounds_are_checked_up_front():
-    # 50 rounds x 10 clients: 12 * 500 * e / 2^b: b = 28 gives 6.1e-5 >= delta; b = 32 gives 3.8e-6
-    # (38%); b = 36 is fine.
+    # method="paper" (Theorem 1's overhead): 50 rounds x 10 clients: 12 * 500 * e / 2^b: b = 28 gives
+    # 6.1e-5 >= delta; b = 32 gives 3.8e-6 (38%); b = 36 is fine.
     with pytest.raises(ValueError, match=r"bits: the message has 4 groups x 7 bits = 28 total bits") as err:
-        DPRECRoundAccountant(bits=28, groups=4, rounds=50, **RULE)
+        DPRECRoundAccountant(bits=28, groups=4, rounds=50, method="paper", **RULE)
     k = dprec_min_bits(messages=500, clip_multiplier=1.0, delta=1e-5, groups=4)
     assert f"at least {k} bits per group" in str(err.value)
     with pytest.warns(DPRECPrivacyWarning, match="bits") as record:
-        acc = DPRECRoundAccountant(bits=32, groups=4, rounds=50, **RULE)
+        acc = DPRECRoundAccountant(bits=32, groups=4, rounds=50, method="paper", **RULE)
     assert len(record) == 1 and record[0].filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         acc.step(rounds=50)  # already warned for the plan: not again
-        DPRECRoundAccountant(bits=36, groups=4, rounds=50, **RULE).step(rounds=50)
+        DPRECRoundAccountant(bits=36, groups=4, rounds=50, method="paper", **RULE).step(rounds=50)
+        # Sound against the server (the default) or a message observer: no bit-width rule at all.
+        for tm in ("server", "messages"):
+            DPRECRoundAccountant(bits=28, groups=4, rounds=50, threat_model=tm, **RULE).step(rounds=50)
     # Without a plan the constructor cannot know.
-    DPRECRoundAccountant(bits=28, **RULE)
+    DPRECRoundAccountant(bits=28, method="paper", **RULE)
+    # Sound, central: REC's total-variation cost per group, eta = 500 * 4 * 12 e / 2^(bits / 4), must stay
+    # below delta / 2: 7 bits per group are far too few, 33 (eta = 7.6e-6) too, 34 (eta = 3.8e-6) do. The
+    # cost is per group: the same 132 bits as one group are plenty.
+    for bits in (28, 132):
+        with pytest.raises(ValueError, match=rf"bits={bits} .*too few for a central guarantee"):
+            DPRECRoundAccountant(bits=bits, groups=4, rounds=50, threat_model="central", **RULE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        central = DPRECRoundAccountant(bits=136, groups=4, rounds=50, threat_model="central", **RULE).step(rounds=50)
+        one = DPRECRoundAccountant(bits=132, rounds=50, threat_model="central", **RULE).step(rounds=50)
+    eta = 500 * 4 * 12 * math.e / 2**34
+    assert central.overhead == pytest.approx(eta, rel=1e-12)
+    assert one.overhead == pytest.approx(500 * 12 * math.e / 2**132, rel=1e-12)
+    # Admitted, but (1 + e^eps) eta <= delta needs eps < log(delta / eta - 1) = 0.49, below the Gaussian
+    # variant's epsilon: no epsilon at all.
+    gauss = DPRECRoundAccountant(bits=None, threat_model="central", **RULE).step(rounds=50)
+    assert central.epsilon == math.inf and gauss.epsilon > math.log(1e-5 / eta - 1)
+    assert gauss.epsilon <= one.epsilon < gauss.epsilon * (1 + 1e-6)  # eta = 1e-36: nothing to pay
+    roomy = DPRECRoundAccountant(bits=192, groups=4, rounds=50, threat_model="central", **RULE).step(rounds=50)
+    assert gauss.epsilon < roomy.epsilon < math.inf
+    DPRECRoundAccountant(bits=28, groups=4, threat_model="central", **RULE)
 
 
 def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
-    # bits = 32: overhead per 10-client round 12 * 10 * e / 2^32 = 7.6e-8 (0.76% of delta).
-    acc = DPRECRoundAccountant(bits=32, **RULE)
+    # method="paper", bits = 32: overhead per 10-client round 12 * 10 * e / 2^32 = 7.6e-8 (0.76% of delta).
+    acc = DPRECRoundAccountant(bits=32, method="paper", **RULE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         acc.step(rounds=13)  # 9.9% of delta
@@ -437,6 +483,23 @@ def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
     with pytest.raises(ValueError, match=r"bits=32 is too few.*TOTAL bits.*overhead"):
         acc.step(rounds=100)  # would reach 1.6 delta: nothing composed
     assert acc.rounds == 114 and acc.accounting is before and acc.messages == 1140
+
+
+def test_central_steps_refuse_when_rec_total_variation_reaches_half_delta():
+    # Sound, central, bits = 32: REC's eta per 10-client round is 12 * 10 * e / 2^32 = 7.6e-8; 65 rounds
+    # give 2 eta = 9.87e-6 < delta, the 66th would reach 1.0025e-5: refused, nothing composed. No warning.
+    acc = DPRECRoundAccountant(bits=32, threat_model="central", **RULE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = acc.step(rounds=65)
+    assert out.overhead == pytest.approx(650 * 12 * math.e / 2**32, rel=1e-12)
+    before = acc.accounting
+    with pytest.raises(ValueError, match=r"bits=32 .*too few for a central guarantee"):
+        acc.step()
+    assert acc.rounds == 65 and acc.accounting is before and acc.messages == 650
+    # The server's guarantee does not depend on the bits: the same accountant at any bits.
+    server = [DPRECRoundAccountant(bits=b, **RULE).step(rounds=200) for b in (8, 32)]
+    assert server[0] == dataclasses.replace(server[1], bits=8) and server[0].overhead == 0.0
 
 
 @pytest.mark.parametrize(
@@ -512,11 +575,20 @@ def test_accountant_sampling_rate_between_multiples():
     assert acc.clients_per_round == 3  # ceil(2.5): the expected count, rounded up, in rho
     result = acc.step(rounds=6)
     alphas = np.arange(2.0, 258.0)
-    overhead = dprec_overhead(18, 0.5, 64)
-    eps = _sound_eps(6 * _poisson_round(0.25, 0.5, alphas), alphas, 1e-5, overhead)
+    # bits: REC's messages as sent (server, zero), the seed-visible bound at rate 0.25, no overhead.
+    fwd, rev = _rec_round(0.25, 0.5, alphas)
+    eps = max(_sound_eps(6 * fwd, alphas, 1e-5), _sound_eps(6 * rev, alphas, 1e-5))
     assert result.epsilon == pytest.approx(eps, rel=1e-12)
     assert (result.sampling_rate, result.messages, result.steps, result.rounds) == (0.25, 18, 6, 6)
-    assert result.overhead == overhead
+    assert result.overhead == 0.0
+    # The Gaussian variant (bits=None): the exact Poisson round at rate 0.25.
+    gauss = DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=None)).step(rounds=6)
+    assert gauss.epsilon == pytest.approx(_sound_eps(6 * _poisson_round(0.25, 0.5, alphas), alphas, 1e-5), rel=1e-12)
+    assert gauss.epsilon < result.epsilon
+    # Central with bits: the Gaussian curves, REC's eta = 18 * 12 e^0.25 / 2^64 paid as (1 + e^eps) eta.
+    central = DPRECRoundAccountant(sampling_rate=0.25, threat_model="central", **ACC).step(rounds=6)
+    assert central.overhead == pytest.approx(18 * 12 * math.exp(0.25) / 2**64, rel=1e-12)
+    assert central.epsilon == pytest.approx(gauss.epsilon, rel=1e-8) and central.epsilon >= gauss.epsilon
     lo = dprec_epsilon(rounds=6, clients_per_round=2, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
                        sampling="poisson")
     hi = dprec_epsilon(rounds=6, clients_per_round=3, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,

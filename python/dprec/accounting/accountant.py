@@ -54,7 +54,10 @@ from .dprec_rec import (
     PAPER_CAVEAT,
     REVERSE_METHODS,
     SAMPLING_SCHEMES,
+    _central_rec_epsilon,
+    _rec_tv_cost,
     _sound_curves,
+    rec_total_variation,
     dprec_forward_rdp,
     dprec_overhead,
     dprec_reverse_rdp,
@@ -283,6 +286,24 @@ class DPRECEvent(PrivacyEvent):
     def holds_for(self) -> tuple:
         return () if self.method == "paper" else THREAT_MODELS
 
+    def rec_total_variation_per_step(self) -> float:
+        """REC's total-variation cost of one step for a central observer (sound method): every
+        message of the step (one slot with replacement; ``ceil(q N)`` per round otherwise) within
+        ``12 exp(c^2) / 2^bits`` of the Gaussian it simulates (see
+        :func:`dprec.accounting.dprec_rec.rec_total_variation`); 0 with ``bits=None``."""
+        if self.bits is None:
+            return 0.0
+        if self.sampling == "with_replacement":
+            messages = 1
+        elif self.num_clients is None:
+            raise ValueError(
+                f"num_clients is needed for REC's central cost of a DPRECEvent with sampling={self.sampling!r} "
+                "(every message of a round counts); give num_clients, or bits=None for the Gaussian variant"
+            )
+        else:
+            messages = max(1, math.ceil(self.sampling_rate * int(self.num_clients) - 1e-9))
+        return rec_total_variation(messages, self.clip_multiplier, self.bits)
+
     def no_guarantee_reason(self, threat_model: str, relation: str) -> str:
         return f"a DPRECEvent with method='paper' is {PAPER_CAVEAT}; use method='sound'"
 
@@ -299,7 +320,7 @@ class DPRECEvent(PrivacyEvent):
             n = 1 if self.num_clients is None else int(self.num_clients)
             out = _sound_curves(
                 float(self.clip_multiplier), float(self.sampling_rate), orders[integer], threat_model=threat_model,
-                relation=relation, sampling=self.sampling, n=n,
+                relation=relation, sampling=self.sampling, n=n, rec=self.bits is not None,
             )
             if isinstance(out, str):
                 return out
@@ -382,6 +403,7 @@ class Accountant:
         self._pairs: dict = {rel: (np.zeros(self._orders.shape), np.zeros(self._orders.shape)) for rel in RELATIONS}
         self._two_tailed = False
         self._overhead = 0.0
+        self._tv = 0.0  # REC's total-variation cost for a central observer (sound DPRECEvents)
         self._rdp_conversion_ok = True
         self._history: list[tuple[PrivacyEvent, int]] = []
 
@@ -428,7 +450,13 @@ class Accountant:
                     pairs[rel] = (pairs[rel][0] + count * fwd, pairs[rel][1] + count * rev)
             self._pairs = pairs
             self._two_tailed = self._two_tailed or bool(event.two_tailed)
-        self._overhead += count * float(event.overhead_delta)
+        if self._threat_model is not None and isinstance(event, DPRECEvent) and event.method == "sound":
+            # The server and message observers' curves bound REC's messages themselves; a central
+            # observer pays REC's total-variation distance to the Gaussian mechanism, (1 + e^eps) eta.
+            if self._threat_model == "central":
+                self._tv += count * event.rec_total_variation_per_step()
+        else:
+            self._overhead += count * float(event.overhead_delta)
         self._history.append((event, count))
         return self
 
@@ -475,6 +503,14 @@ class Accountant:
         return self._overhead
 
     @property
+    def rec_total_variation(self) -> float:
+        """REC's total-variation cost ``eta`` summed over the composed sound DP-REC events with ``bits``
+        (central observer only; 0 otherwise, and for ``bits=None``). It is not in
+        :attr:`overhead_delta`: it is paid as ``(1 + e^eps) eta`` of delta, see
+        :func:`dprec.accounting.dprec_rec.rec_total_variation`."""
+        return self._tv
+
+    @property
     def history(self) -> list[tuple[PrivacyEvent, int]]:
         """The composed ``(event, count)`` pairs, in order."""
         return list(self._history)
@@ -510,6 +546,14 @@ class Accountant:
         entry = self._pairs[relation]
         if isinstance(entry, str):
             return math.inf, math.nan
+        if self._tv > 0.0:
+            if 2.0 * self._tv + self._overhead >= delta:
+                raise ValueError(
+                    f"delta={delta:.6g} must exceed twice REC's total-variation cost eta = {self._tv:.6g} of the "
+                    "composed DP-REC events (a central observer pays (1 + e^eps) eta): use more bits"
+                )
+            eps, idx = _central_rec_epsilon(entry[0], entry[1], self._orders, delta - self._overhead, self._tv)
+            return eps, float(self._orders[idx])
         target = self._available(delta)
         ef = rdp_to_epsilon(self._orders, entry[0], target, method=method)
         er = rdp_to_epsilon(self._orders, entry[1], target, method=method)
@@ -557,6 +601,7 @@ class Accountant:
         delta, order = df if df[0] >= dr[0] else dr
         if self._two_tailed:
             delta *= 2.0
+        delta += _rec_tv_cost(epsilon, self._tv)
         return min(1.0, delta + self._overhead), order
 
     def get_delta(self, epsilon: float, *, method: str = "auto") -> float:

@@ -201,6 +201,8 @@ __all__ = [
     "dprec_overhead",
     "dprec_reverse_rdp",
     "dprec_step_rdp",
+    "rec_message_log_moments",
+    "rec_total_variation",
 ]
 
 #: Renyi orders ``a = lambda + 1`` for lambda = 1 .. 256 (Algorithm 7 works with integer lambda).
@@ -708,6 +710,60 @@ _LOCAL_ADD_REMOVE = (
 )
 
 
+_REC_MESSAGES_ADD_REMOVE = (
+    "no bound is proved for add/remove against an observer of DP-REC's messages (it knows the public seed, "
+    "so each message shows all K candidates and the chosen index, and the joint-convexity reduction would "
+    "need divergences between two clients' REC laws); use relation='zero', threat_model='central', or "
+    "bits=None for the uncompressed Gaussian variant"
+)
+
+
+def _log_mix_rdp(q: float, x: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """``log(1 - q + q exp(x)) / (a - 1)`` for ``x >= 0``, exact to rounding for tiny ``q expm1(x)``."""
+    out = np.empty(alphas.shape)
+    if q == 1.0:
+        return x / (alphas - 1.0)
+    small = x <= 700.0
+    out[small] = np.log1p(q * np.expm1(x[small]))
+    if np.any(~small):
+        out[~small] = np.logaddexp(math.log1p(-q), math.log(q) + x[~small])
+    return out / (alphas - 1.0)
+
+
+def rec_message_log_moments(clip_multiplier: float, orders: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds on the log-moments of one DP-REC message as a server sees it, against a zero update.
+
+    The observer knows the public seed, so a message shows every group's ``K`` candidates (i.i.d.
+    from the prior ``p``) and the chosen index; with a zero update the index is uniform. With
+    ``w_k = q(Delta_k) / p(Delta_k)`` (log-normal: ``log w ~ N(-c_g^2 / 2, c_g^2)`` for a group
+    whose part of the update has ``||phi_g|| = c_g sigma``) and ``w_bar`` their mean:
+
+    * forward, ``E_0[(P_phi / P_0)^a] = E[(1/K) sum_k (w_k / w_bar)^a]``; Jensen on ``y^-a``
+      (``w_bar^-a <= (1/K) sum_j w_j^-a``) bounds it by ``1/K + (1 - 1/K) E[w^a] E[w^-a]
+      = 1/K + (1 - 1/K) exp(a^2 c_g^2) <= exp(a^2 c_g^2)``;
+    * reverse, ``E_phi[(P_0 / P_phi)^a] = E[(1/K) sum_k (w_bar / w_k)^(a-1)]``; Jensen on ``y^(a-1)``
+      bounds it by ``1/K + (1 - 1/K) exp((a-1)^2 c_g^2) <= exp((a-1)^2 c_g^2)``.
+
+    Groups are independent given the update, so a message's log-moment is the sum over groups; each
+    bound ``log(1/K + (1 - 1/K) exp(beta x))`` is convex in ``x = c_g^2`` and 0 at 0, hence
+    superadditive, so under the global clip ``sum_g c_g^2 <= c^2`` the sum is at most the value at
+    ``x = c^2`` whatever the allocation and the group sizes. Returns ``(a^2 c^2, (a-1)^2 c^2)``: the
+    logs of the forward and reverse moments, i.e. ``(a-1)`` times the Renyi divergences. (The
+    Gaussian ``N(phi)`` against ``N(0)`` has ``a (a-1) c^2 / 2`` for both: REC's seed-visible
+    message may cost up to about twice that, and its reverse provably exceeds it at orders above
+    ``2 + 2 log(K) / c^2``, see ``tests/test_privacy_verification.py``.)
+    """
+    c = check_positive(clip_multiplier, "clip_multiplier")
+    alphas = check_orders(orders, integer=True)
+    return alphas * alphas * (c * c), (alphas - 1.0) ** 2 * (c * c)
+
+
+def _rec_attributed(c: float, q: float, alphas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Server view of one step with a DP-REC message at rate ``q`` (zero-out): forward and reverse RDP."""
+    log_f, log_r = rec_message_log_moments(c, alphas)
+    return _log_mix_rdp(q, log_f, alphas), _log_mix_rdp(q, log_r, alphas)
+
+
 def _reason_messages_add_remove(sampling: str) -> str:
     return (
         f"no bound is proved for add/remove under {sampling} sampling against a message observer (an added "
@@ -755,9 +811,21 @@ def _attributed(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
 
 
 def _sound_curves(
-    c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int
+    c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int,
+    rec: bool = False,
 ) -> "tuple[np.ndarray, np.ndarray] | str":
-    """Per-step (forward, reverse) curves of ``method="sound"``, or the reason there is none."""
+    """Per-step (forward, reverse) curves of ``method="sound"``, or the reason there is none.
+
+    ``rec=False``: the uncompressed Gaussian variant (``bits=None``). ``rec=True``: DP-REC's messages
+    as sent (seed and index); for ``"server"`` and ``"messages"`` the message itself is bounded
+    (:func:`rec_message_log_moments`), for ``"central"`` the Gaussian curves hold and REC's cost is a
+    total-variation term added by :func:`_finish_sound`.
+    """
+    if rec and threat_model in ("server", "messages"):
+        if relation == "add_remove":
+            return _SERVER_ADD_REMOVE if threat_model == "server" else _REC_MESSAGES_ADD_REMOVE
+        # "messages": the server's bound, by post-processing (dropping the attribution).
+        return _rec_attributed(c, q, alphas)
     if threat_model == "server":
         if relation == "add_remove":
             return _SERVER_ADD_REMOVE
@@ -832,6 +900,7 @@ def dprec_step_rdp(
     relation: str,
     sampling: str,
     num_clients: int,
+    bits: Optional[int] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-step (one slot with replacement, one round otherwise) Renyi curves of ``method="sound"``.
 
@@ -853,7 +922,12 @@ def dprec_step_rdp(
     relation : {"add_remove", "zero"}
     sampling : {"with_replacement", "poisson", "without_replacement"}
     num_clients : int
-        ``N`` (the size-1 subsample without replacement of the ``"zero"`` with-replacement curve).
+        ``N`` (the number of clients).
+    bits : int, optional
+        ``None`` (default): the uncompressed Gaussian variant. Otherwise DP-REC's messages as sent:
+        for ``"server"`` and ``"messages"`` the seed-visible message bound
+        (:func:`rec_message_log_moments`; the curves do not depend on the number of bits); for
+        ``"central"`` the Gaussian curves (REC's cost there is a total-variation term in delta).
     """
     c = check_positive(clip_multiplier, "clip_multiplier")
     q = check_probability(sampling_rate, "sampling_rate")
@@ -862,7 +936,9 @@ def dprec_step_rdp(
     rel = check_relation(relation)
     sampling = _check_sampling(sampling)
     n = check_count(num_clients, "num_clients")
-    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n)
+    if bits is not None:
+        check_bits(bits)
+    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n, rec=bits is not None)
     if isinstance(out, str):
         return np.full(alphas.shape, np.inf), np.full(alphas.shape, np.inf)
     return out
@@ -879,14 +955,80 @@ def _both_tails(forward: np.ndarray, rev: np.ndarray, alphas: np.ndarray, delta_
 
 
 def _local_epsilon_k(c: float, k: int, delta: float, bits: Optional[int], alphas: np.ndarray) -> float:
-    """Epsilon of ``k`` Gaussian messages (RDP ``k a c^2 / 2`` both ways), both tails, overhead for k."""
+    """Epsilon of ``k`` messages of one client seen by the server, both tails.
+
+    ``bits=None``: Gaussian messages, RDP ``k a c^2 / 2`` both ways. Otherwise DP-REC's messages as
+    sent (seed and index): ``k`` times :func:`rec_message_log_moments` over ``a - 1``.
+    """
     if k == 0:
         return 0.0
-    overhead = _overhead_or_zero(k, c, bits)
-    if overhead >= delta:
+    if bits is None:
+        forward = k * alphas * (c * c / 2.0)
+        rev = forward
+    else:
+        log_f, log_r = rec_message_log_moments(c, alphas)
+        forward, rev = k * log_f / (alphas - 1.0), k * log_r / (alphas - 1.0)
+    return _both_tails(forward, rev, alphas, delta / 2.0)[0]
+
+
+def rec_total_variation(messages: int, clip_multiplier: float, bits: int, groups: Optional[int] = None) -> float:
+    """Total-variation cost of REC for an observer of decoded updates only (``threat_model="central"``).
+
+    Per group, the chosen candidate's law is within ``12 rho_g / K_g`` of ``q`` in total variation
+    (Agapiou et al. 2017's bias bound for self-normalised importance sampling, applied to indicator
+    functions; the same bound Theorem 1 uses), ``rho_g = exp(c_g^2) <= exp(c^2)``. Groups and
+    messages add up (a hybrid argument over the run), so the decoded run is within
+    ``eta = messages * groups * 12 exp(c^2) / 2^(bits / groups)`` of the run of the Gaussian mechanism
+    it simulates. ``bits`` is the TOTAL bits of one message, split evenly over ``groups`` (default 1);
+    the candidates' count of the smallest group is used.
+    """
+    m = check_count(messages, "messages")
+    c = check_positive(clip_multiplier, "clip_multiplier")
+    b = check_bits(bits)
+    g = 1 if groups is None else check_count(groups, "groups")
+    if g > b:
+        raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {g} > {b}")
+    per_group_bits = b // g
+    log_eta = math.log(12.0) + math.log(m) + math.log(g) + c * c - per_group_bits * math.log(2.0)
+    if log_eta >= 700.0:
         return math.inf
-    curve = k * alphas * (c * c / 2.0)
-    return _both_tails(curve, curve, alphas, (delta - overhead) / 2.0)[0]
+    # Floored at the smallest positive double (an over-estimate, so still valid): an eta lost to underflow
+    # would drop the cost (1 + e^eps) eta exactly where e^eps is huge.
+    return max(math.exp(log_eta), math.ulp(0.0))
+
+
+def _rec_tv_cost(eps: float, eta: float) -> float:
+    """``(1 + e^eps) eta`` without capping ``e^eps`` (inf where it overflows and ``eta > 0``)."""
+    if eta <= 0.0:
+        return 0.0
+    log_cost = math.log(eta) + float(np.logaddexp(0.0, eps))
+    return math.exp(log_cost) if log_cost < 700.0 else math.inf
+
+
+def _central_rec_epsilon(
+    forward: np.ndarray, rev: np.ndarray, alphas: np.ndarray, delta: float, eta: float
+) -> tuple[float, int]:
+    """Smallest ``eps`` with ``2 max(delta_f(eps), delta_r(eps)) + (1 + e^eps) eta <= delta`` (both
+    tails of the Gaussian curves plus REC's total-variation cost, paid in both neighbouring runs)."""
+    if eta <= 0.0:
+        return _both_tails(forward, rev, alphas, delta / 2.0)
+    eps, idx = _both_tails(forward, rev, alphas, (delta - 2.0 * eta) / 2.0)  # a lower bound (e^eps >= 1)
+    for _ in range(200):
+        half = (delta - _rec_tv_cost(eps, eta)) / 2.0
+        if not half > 0.0:
+            return math.inf, idx
+        new, idx = _both_tails(forward, rev, alphas, half)
+        if new <= eps * (1.0 + 1e-13) + 1e-13:
+            break
+        eps = new
+    # The iteration increases to the smallest fixed point; check the returned eps, nudging it up if needed.
+    for _ in range(200):
+        d_f = rdp_to_delta(alphas, forward, eps, method="balle")[0]
+        d_r = rdp_to_delta(alphas, rev, eps, method="balle")[0]
+        if 2.0 * max(d_f, d_r) + _rec_tv_cost(eps, eta) <= delta:
+            return eps, idx
+        eps = eps * (1.0 + 1e-9) + 1e-9
+    return math.inf, idx
 
 
 def _max_participations(steps: int, q: float, tail: float) -> int:
@@ -923,14 +1065,25 @@ def _local_guarantee(
     )
 
 
-def _sound_text(threat_model: str, sampling: Optional[str], steps: int) -> tuple[str, str]:
+def _sound_text(threat_model: str, sampling: Optional[str], steps: int, bits: Optional[int]) -> tuple[str, str]:
     composition = (
         f"{steps} {'slots' if sampling == 'with_replacement' else 'rounds'} composed (adaptive RDP composition), "
         "forward and reverse curves separately"
     )
+    if bits is None:
+        composition += "; the uncompressed Gaussian variant (bits=None: REC's own cost not included)"
+        conversion = "rdp-balle, both tails: max over directions at delta / 2"
+    elif threat_model == "central":
+        composition += "; plus REC's total-variation distance eta to the Gaussian mechanism it simulates"
+        conversion = "rdp-balle, both tails: max over directions at (delta - (1 + e^eps) eta) / 2"
+    else:
+        composition += "; DP-REC's messages as sent (seed and index), bounded per message (rec_message_log_moments)"
+        conversion = "rdp-balle, both tails: max over directions at delta / 2"
     if threat_model == "central":
-        composition += "; the 'central' curves are the 'messages' ones (nothing better is proved for REC's decoded sum)"
-    conversion = "rdp-balle, both tails: max over directions at delta' = (delta - overhead) / 2"
+        composition += (
+            "; the 'central' curves are the Gaussian mechanism's 'messages' ones (the decoded sum is a function "
+            "of the decoded messages; nothing better is proved)"
+        )
     return composition, conversion
 
 
@@ -950,12 +1103,24 @@ def _finish_sound(
     threat_model: str,
     relation: str,
     local: Optional[LocalGuarantee],
+    groups: Optional[int] = None,
 ) -> DPRECAccounting:
-    """Convert composed curves ``{relation: (F, R) or reason}`` into a sound :class:`DPRECAccounting`."""
-    overhead = _overhead_or_zero(messages, c, bits)
-    if overhead >= delta:
-        raise _bits_error(overhead, delta, messages, c, bits, None)  # type: ignore[arg-type]
-    half = (delta - overhead) / 2.0
+    """Convert composed curves ``{relation: (F, R) or reason}`` into a sound :class:`DPRECAccounting`.
+
+    ``overhead`` in the result is REC's total-variation cost ``eta`` for ``"central"`` with ``bits``
+    (:func:`rec_total_variation`; it is paid as ``(1 + e^eps) eta`` of delta), else 0: the server and
+    message observers' curves bound REC's messages themselves, and ``bits=None`` is the Gaussian variant.
+    """
+    overhead = 0.0
+    if bits is not None and threat_model == "central":
+        overhead = rec_total_variation(messages, c, bits, groups)
+        if 2.0 * overhead >= delta:
+            raise ValueError(
+                f"bits={bits} (total bits of one message, {groups or 1} group(s)) is too few for a central guarantee "
+                f"at delta={delta:g}: REC's total-variation cost 12 exp(c^2) / 2^(bits/groups) per group and message "
+                f"adds up to eta = {overhead:.3g} over {messages} messages, and delta must exceed (1 + e^eps) eta; "
+                "use more bits per group, or threat_model='server'/'messages' (which bound REC's messages directly)"
+            )
     epsilons: dict = {}
     reasons: dict = {}
     picked: Optional[tuple[float, int, np.ndarray, np.ndarray]] = None
@@ -968,11 +1133,11 @@ def _finish_sound(
             reasons[rel] = entry
             continue
         forward, rev = entry
-        eps, idx = _both_tails(forward, rev, alphas, half)
+        eps, idx = _central_rec_epsilon(forward, rev, alphas, delta, overhead)
         epsilons[rel] = eps
         if rel == relation:
             picked = (eps, idx, forward, rev)
-    composition, conversion = _sound_text(threat_model, sampling, steps)
+    composition, conversion = _sound_text(threat_model, sampling, steps, bits)
     if picked is None:
         eps, order, fwd_v, rev_v = math.inf, math.nan, math.inf, math.inf
         lam = 0
@@ -999,14 +1164,14 @@ def _no_guarantee_error(threat_model: str, relation: str, reason: str, what: str
 
 def _sound_central(
     c: float, t: int, b: int, n: int, alphas: np.ndarray, sampling: str, threat_model: str,
-    relations: tuple = RELATIONS,
+    relations: tuple = RELATIONS, rec: bool = False,
 ) -> tuple[dict, int, float]:
     """Composed sound curves ``{relation: (F, R) or reason}`` of ``t`` rounds, steps and step rate."""
     q, per_round = _round_unit(sampling, b, n)
     steps = t * per_round
     curves: dict = {}
     for rel in relations:
-        out = _sound_curves(c, q, alphas, threat_model=threat_model, relation=rel, sampling=sampling, n=n)
+        out = _sound_curves(c, q, alphas, threat_model=threat_model, relation=rel, sampling=sampling, n=n, rec=rec)
         curves[rel] = out if isinstance(out, str) else (steps * out[0], steps * out[1])
     return curves, steps, q
 
@@ -1102,14 +1267,16 @@ def dprec_epsilon(
     threat_model: Optional[str] = None,
     relation: Optional[str] = None,
     method: str = "sound",
+    groups: Optional[int] = None,
 ) -> DPRECAccounting:
     """Central (eps, delta) of DP-REC after ``rounds`` rounds, against a stated observer.
 
     ``method="sound"`` (default): the per-step curves of :func:`dprec_step_rdp` for
     ``threat_model`` and both relations, composed over ``T B`` slots (with replacement) or ``T``
-    rounds (Poisson, without replacement), converted with both tails: ``delta' = (delta -
-    12 rho / 2^b) / 2`` and ``eps = max`` over directions of the improved (Balle et al. 2020)
-    RDP conversion at ``delta'``. Where no bound is proved (``"server"`` with ``"add_remove"``,
+    rounds (Poisson, without replacement), converted with both tails: ``eps = max`` over
+    directions of the improved (Balle et al. 2020) RDP conversion at ``delta / 2`` (for
+    ``"central"`` with ``bits``: at ``(delta - (1 + e^eps) eta) / 2``, ``eta`` REC's total-variation
+    cost, :func:`rec_total_variation`). Where no bound is proved (``"server"`` with ``"add_remove"``,
     or add/remove against a message observer under Poisson / without-replacement sampling) the
     epsilon is ``inf`` and ``reasons`` says why. The result carries both relations
     (``epsilons``) and the local guarantee (``local``).
@@ -1130,8 +1297,11 @@ def dprec_epsilon(
     bits : int or None
         TOTAL bits ``b`` of one client message: bits per group times the number of groups
         (``DPRECCodec.layout(template).total_bits``; :meth:`dprec.codec.DPRECCodec.epsilon` fills it
-        in). ``None`` omits the overhead ``12 rho / 2^b``, as the paper's reported numbers do; the
-        result is then only valid when that term is negligible against ``delta``.
+        in). ``None``: the uncompressed Gaussian mechanism DP-REC simulates (the paper's reported
+        numbers omit the overhead likewise). With ``bits``, ``method="sound"`` accounts REC's
+        messages as sent: against ``"server"``/``"messages"`` each message is bounded directly
+        (seed and index visible, :func:`rec_message_log_moments`), against ``"central"`` REC's
+        total-variation cost is added; ``method="paper"`` adds Theorem 1's ``12 rho / 2^b``.
     reverse : {"bound", "exact"}
         ``method="paper"``: how ``m`` is obtained (see :func:`dprec_reverse_rdp`); ``"bound"``
         reproduces the paper. ``method="sound"`` always uses the exact reverse curve where it
@@ -1147,6 +1317,9 @@ def dprec_epsilon(
         The neighbouring relation of ``epsilon`` (``method="sound"`` only); default ``"zero"``,
         the only one finite against the server.
     method : {"sound", "paper"}
+    groups : int, optional
+        How many groups the ``bits`` are split over (default 1); only REC's central cost uses it
+        (``12 exp(c^2) / K`` per group and message, ``K = 2^(bits / groups)``).
 
     Returns
     -------
@@ -1159,7 +1332,8 @@ def dprec_epsilon(
         For invalid parameters (named; ``threat_model``/``relation``/``method`` with the valid
         choices), ``method="paper"`` with another sampling or with a threat model (naming
         ``method``), ``clients_per_round > num_clients`` outside ``"with_replacement"``, and when
-        ``delta <= 12 rho / 2^b`` (naming ``bits``, with the total bits that would do).
+        the bits are too few for the guarantee (``method="paper"``: ``delta <= 12 rho / 2^b``;
+        ``"central"``: ``delta <= 2 eta``), naming ``bits``.
     """
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     method, tm, rel = _resolve(method, threat_model, relation, sampling)
@@ -1168,7 +1342,7 @@ def dprec_epsilon(
     if bits is not None:
         bits = check_bits(bits)
     alphas = _orders(orders)
-    if bits is not None:
+    if bits is not None and method == "paper":
         _enforce_bit_rule(messages=t * b, clip_multiplier=c, delta=delta, bits=bits, groups=None, warn=False)
     q_unit, per_round = _round_unit(sampling, b, n)
     local = _central_local(c, delta, bits, alphas, t * per_round, q_unit)
@@ -1179,10 +1353,10 @@ def dprec_epsilon(
             sampling=sampling, rounds=t, local=local,
         )
     assert tm is not None and rel is not None
-    curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm)
+    curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm, rec=bits is not None)
     return _finish_sound(
         curves, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
-        sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=local,
+        sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=local, groups=groups,
     )
 
 
@@ -1215,15 +1389,16 @@ def dprec_local_epsilon(
     """Local (eps, delta) of DP-REC: what the ``rounds`` messages of one client reveal about it.
 
     The observer sees one client's messages, attributed (``threat_model="server"``, the only one
-    accepted: a weaker observer is covered by the central guarantee). Each message is a Gaussian
-    ``N(phi, sigma^2)`` against ``N(0, sigma^2)`` (``relation="zero"``, the default), Renyi
-    divergence ``a c^2 / 2`` in both directions, composed over ``rounds`` messages (no sampling
-    amplification).
+    accepted: a weaker observer is covered by the central guarantee), against the client's update
+    replaced by a zero update (``relation="zero"``, the default), composed over ``rounds`` messages
+    (no sampling amplification).
 
-    * ``method="sound"``: both tails, ``delta' = (delta - 12 rho / 2^b) / 2`` with
-      ``rho = rounds exp(c^2)``, ``eps = max`` over directions of the improved (Balle et al.)
-      conversion; ``relation="add_remove"`` gives ``inf`` with the reason (the observer sees whether
-      the client sends at all).
+    * ``method="sound"``: with ``bits=None`` each message is the Gaussian ``N(phi, sigma^2)``
+      against ``N(0, sigma^2)`` (Renyi divergence ``a c^2 / 2`` both ways); with ``bits`` it is
+      DP-REC's message as sent, seed and index visible (:func:`rec_message_log_moments`: log-moments
+      ``a^2 c^2`` forward and ``(a-1)^2 c^2`` reverse). Both tails: ``eps = max`` over directions of
+      the improved (Balle et al.) conversion at ``delta / 2``; ``relation="add_remove"`` gives
+      ``inf`` with the reason (the observer sees whether the client sends at all).
     * ``method="paper"``: Theorem 1 with ``c_lambda = lambda c^2 / 2`` (eq. (57)),
       ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``.
 
@@ -1244,7 +1419,11 @@ def dprec_local_epsilon(
             sampling=None, rounds=steps,
         )
     assert tm is not None and rel is not None
-    curves = {"zero": (forward, forward.copy()), "add_remove": _LOCAL_ADD_REMOVE}
+    if bits is None:
+        curves = {"zero": (forward, forward.copy()), "add_remove": _LOCAL_ADD_REMOVE}
+    else:  # DP-REC's messages as sent: seed and index visible to the server
+        log_f, log_r = rec_message_log_moments(c, alphas)
+        curves = {"zero": (steps * log_f / (alphas - 1.0), steps * log_r / (alphas - 1.0)), "add_remove": _LOCAL_ADD_REMOVE}
     result = _finish_sound(
         curves, alphas, c=c, delta=delta, bits=bits, messages=steps, steps=steps, q=1.0, reverse="exact",
         sampling=None, rounds=steps, threat_model=tm, relation=rel, local=None,
@@ -1273,10 +1452,12 @@ def dprec_delta(
     threat_model: Optional[str] = None,
     relation: Optional[str] = None,
     method: str = "sound",
+    groups: Optional[int] = None,
 ) -> tuple[float, float]:
     """Delta for a given epsilon; returns ``(delta, order)`` with ``delta`` capped at 1.
 
-    ``method="sound"``: ``2 max_directions delta_balle(curve, eps) + 12 rho / 2^b`` (the inverse of
+    ``method="sound"``: ``2 max_directions delta_balle(curve, eps)``, plus ``(1 + e^eps) eta`` for
+    ``"central"`` with ``bits`` (:func:`rec_total_variation`) (the inverse of
     :func:`dprec_epsilon`'s both-tails conversion); where no bound is proved for ``threat_model`` and
     ``relation`` it returns ``(1.0, nan)`` (no guarantee). ``method="paper"``: Theorem 1,
     ``min_lambda exp(lambda (k + m - eps)) + 12 rho / 2^b``. ``order = lambda + 1``. Other
@@ -1296,14 +1477,15 @@ def dprec_delta(
         delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(t * b, c, bits)
         return min(1.0, delta), float(alphas[best])
     assert tm is not None and rel is not None
-    curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,))
+    curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=bits is not None)
     entry = curves[rel]
     if isinstance(entry, str):
         return 1.0, math.nan
     d_f, o_f = rdp_to_delta(alphas, entry[0], eps, method="balle")
     d_r, o_r = rdp_to_delta(alphas, entry[1], eps, method="balle")
     d_half, order = (d_f, o_f) if d_f >= d_r else (d_r, o_r)
-    delta = 2.0 * d_half + _overhead_or_zero(t * b, c, bits)
+    eta = rec_total_variation(t * b, c, bits, groups) if bits is not None and tm == "central" else 0.0
+    delta = 2.0 * d_half + _rec_tv_cost(eps, eta)
     return min(1.0, delta), order
 
 
@@ -1322,6 +1504,7 @@ def dprec_calibrate(
     threat_model: Optional[str] = None,
     relation: Optional[str] = None,
     method: str = "sound",
+    groups: Optional[int] = None,
 ) -> float:
     """The clip multiplier ``c = C / sigma`` at which :func:`dprec_epsilon` equals ``target_epsilon``.
 
@@ -1351,7 +1534,7 @@ def dprec_calibrate(
     if method == "sound":
         assert tm is not None and rel is not None
         probe = _sound_curves(1.0, _round_unit(sampling, b, n)[0], alphas[:1], threat_model=tm, relation=rel,
-                              sampling=sampling, n=n)
+                              sampling=sampling, n=n, rec=bits is not None)
         if isinstance(probe, str):
             raise _no_guarantee_error(tm, rel, probe, "dprec_calibrate")
 
@@ -1362,15 +1545,20 @@ def dprec_calibrate(
                 forward, rev, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q,
                 reverse=reverse, sampling=sampling, rounds=t,
             )
-        curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,))  # type: ignore[arg-type]
+        curves, steps, q = _sound_central(  # type: ignore[arg-type]
+            c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=bits is not None
+        )
         return _finish_sound(
             curves, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q, reverse=reverse,
-            sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=None,  # type: ignore[arg-type]
+            sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=None, groups=groups,  # type: ignore[arg-type]
         )
 
     def excess(c: float) -> float:
-        if _overhead_or_zero(messages, c, bits) >= delta:
+        if method == "paper" and _overhead_or_zero(messages, c, bits) >= delta:
             return math.inf
+        if method == "sound" and bits is not None and tm == "central":
+            if 2.0 * rec_total_variation(messages, c, bits, groups) >= delta:
+                return math.inf
         return account(c).epsilon - eps_target
 
     lo = 1e-6
@@ -1527,6 +1715,16 @@ class DPRECRoundAccountant:
             self._check_bits(self._planned * self._b, stacklevel=4)
 
     def _check_bits(self, messages: int, stacklevel: int) -> None:
+        if self._method == "sound" and self._threat_model != "central":
+            return  # the server and message observers' curves bound REC's messages themselves: no overhead
+        if self._method == "sound":
+            if self._bits is not None and 2.0 * rec_total_variation(messages, self._c, self._bits, self._groups) >= self._delta:
+                raise ValueError(
+                    f"bits={self._bits} (total bits of one message) is too few for a central guarantee at "
+                    f"delta={self._delta:g} over {messages} messages: REC's total-variation cost reaches delta / 2; "
+                    "use more bits per group, or threat_model='server'/'messages'"
+                )
+            return
         overhead = _enforce_bit_rule(
             messages=messages, clip_multiplier=self._c, delta=self._delta, bits=self._bits, groups=self._groups,
             warn=not self._warned, stacklevel=stacklevel,
@@ -1587,7 +1785,7 @@ class DPRECRoundAccountant:
             if self._method == "sound":
                 self._curves[key] = {
                     rel: _sound_curves(self._c, key_rate, self._alphas, threat_model=self._threat_model,
-                                       relation=rel, sampling=self._sampling, n=self._n)
+                                       relation=rel, sampling=self._sampling, n=self._n, rec=self._bits is not None)
                     for rel in RELATIONS
                 }
             elif isinstance(key, float):
@@ -1632,6 +1830,7 @@ class DPRECRoundAccountant:
                 curves, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages, steps=steps,
                 q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
                 threat_model=self._threat_model, relation=self._relation, local=local,  # type: ignore[arg-type]
+                groups=self._groups,
             )
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
         self._rate_sum = rate_sum
@@ -1768,14 +1967,16 @@ def _codec_epsilon(
     method: str = "sound",
 ) -> DPRECAccounting:
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
-    _resolve(method, threat_model, relation, sampling)
+    method, _, _ = _resolve(method, threat_model, relation, sampling)
     delta = check_delta(delta)
-    _enforce_bit_rule(
-        messages=t * b, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4
-    )
+    if method == "paper":
+        _enforce_bit_rule(
+            messages=t * b, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4
+        )
     return dprec_epsilon(
         rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=clip_multiplier, delta=delta, bits=bits,
         reverse=reverse, sampling=sampling, threat_model=threat_model, relation=relation, method=method,
+        groups=groups,
     )
 
 
@@ -1790,10 +1991,13 @@ def _codec_local_epsilon(
     relation: Optional[str] = None,
     method: str = "sound",
 ) -> DPRECAccounting:
-    _resolve_local(method, threat_model, relation)
+    method, _, _ = _resolve_local(method, threat_model, relation)
     t = check_count(rounds, "rounds")
     delta = check_delta(delta)
-    _enforce_bit_rule(messages=t, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4)
+    if method == "paper":
+        _enforce_bit_rule(
+            messages=t, clip_multiplier=clip_multiplier, delta=delta, bits=bits, groups=groups, stacklevel=4
+        )
     return dprec_local_epsilon(
         clip_multiplier=clip_multiplier, delta=delta, bits=bits, rounds=t, threat_model=threat_model,
         relation=relation, method=method,
