@@ -6,7 +6,8 @@
 # the whole run nears DPREC_GPU_CHECK_BUDGET seconds, so one hang cannot eat the lease.
 #
 #   bash scripts/gpu_check.sh [steps]     # steps: any of build info tests stress streams
-#                                         # sanitize bench bench_quick bench_shapes profile,
+#                                         # sanitize bench bench_quick bench_shapes profile
+#                                         # wheel ptx,
 #                                         # run in the order given
 #                                         # (default: all, in that order)
 #
@@ -112,6 +113,37 @@ step_bench() {
   run 120 bench-gpu-hadamard sh -c "$PY bench/bench_gpu_hadamard.py >>'$BLOG' 2>&1"
   run 120 bench-gpu-sketch sh -c "$PY bench/bench_gpu_sketch.py >>'$BLOG' 2>&1"
   run 120 bench-gpu-secagg sh -c "$PY bench/bench_gpu_secagg.py >>'$BLOG' 2>&1"
+}
+step_wheel() {
+  # A release-target wheel (sm_75..sm_90 machine code plus compute_90 PTX, no emulation module),
+  # installed into its own directory (the GPU machine has no package index, so no virtualenv with
+  # its own NumPy), and the GPU tests run from a copy of tests/ against it.
+  local whl=/tmp/dprec-wheel site=/tmp/dprec-wheel-site copy=/tmp/dprec-wheel-tests
+  rm -rf "$whl" "$site" "$copy"
+  run 300 wheel-build env CMAKE_BUILD_PARALLEL_LEVEL=16 "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$whl" \
+    -C cmake.define.DPREC_CUDA=ON -C cmake.define.DPREC_CUDA_ARCHITECTURES=release \
+    -C cmake.define.DPREC_GPU_EMULATION=OFF -C build-dir=/tmp/dprec-wheel-build .
+  run 60 wheel-install "$PY" -m pip install -q --no-deps --no-index --target "$site" "$whl"/*.whl
+  mkdir -p "$copy" && cp -r tests "$copy"/
+  run 60 wheel-archs sh -c "cuobjdump --list-elf $site/dprec/_cuda*.so; cuobjdump --list-ptx $site/dprec/_cuda*.so"
+  run 240 wheel-tests sh -c "cd $copy && PYTHONPATH=$site ${PYTEST[*]} ${GPU_TESTS[*]} tests/test_cuda_runtime.py \
+    tests/test_torch_helpers.py tests/test_codec.py tests/test_hadamard.py tests/test_sketch.py"
+}
+step_ptx() {
+  # The PTX JIT path of dprec alone: its CUDA module built as PTX only (compute_75, as a build
+  # without a GPU gets, and compute_90), so the driver JIT-compiles every kernel here. Not
+  # CUDA_FORCE_PTX_JIT=1: that forces PyTorch's kernels through the JIT too, and PyTorch ships no
+  # PTX for many of them (its kernels then fail with "no kernel image").
+  local arch site copy=/tmp/dprec-ptx-tests
+  mkdir -p "$copy" && cp -r tests "$copy"/
+  for arch in 75-virtual 90-virtual; do
+    site=/tmp/dprec-ptx-$arch
+    rm -rf "$site"
+    run 200 "ptx-build-$arch" env CMAKE_BUILD_PARALLEL_LEVEL=16 "$PY" -m pip install -q --no-build-isolation --no-deps \
+      --target "$site" -C cmake.define.DPREC_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$arch" \
+      -C cmake.define.DPREC_GPU_EMULATION=OFF -C build-dir="/tmp/dprec-ptx-build-$arch" .
+    run 180 "ptx-tests-$arch" sh -c "cd $copy && PYTHONPATH=$site ${PYTEST[*]} ${GPU_TESTS[*]} tests/test_cuda_runtime.py"
+  done
 }
 for step in $STEPS; do "step_$step"; done
 say "done"
