@@ -118,8 +118,15 @@ def test_overhead_larger_than_delta_fails_clearly():
     server.compose(DPRECEvent(**ev), count=90_000)
     assert server.overhead_delta == 0.0 and server.rec_total_variation == 0.0
     assert math.isfinite(server.get_epsilon(delta))
-    eight = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
-    assert eight.compose(DPRECEvent(**dict(ev, bits=8)), count=90_000).get_epsilon(delta) == server.get_epsilon(delta)
+    # The bits enter through the smallest group's K = 2^(bits // groups): 42 bits in 6 groups is K = 2^7, as one
+    # group of 7 bits, and costs more than 42 bits in one group (K = 2^42, taken at 2^30).
+    seven = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
+    seven = seven.compose(DPRECEvent(**dict(ev, bits=7)), count=90_000).get_epsilon(delta)
+    six = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
+    assert six.compose(DPRECEvent(**ev, groups=6), count=90_000).get_epsilon(delta) == seven
+    assert seven > server.get_epsilon(delta)
+    with pytest.raises(ValueError, match="groups must be <= bits"):
+        DPRECEvent(**dict(ev, bits=5), groups=6)
 
 
 @pytest.mark.parametrize(

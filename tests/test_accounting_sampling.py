@@ -24,6 +24,7 @@ from dprec.accounting import (  # noqa: E402 - after the SciPy check
     sampled_gaussian_rdp,
     sampled_gaussian_rdp_without_replacement,
 )
+from .test_accounting_rec_messages import rec_bound  # noqa: E402 - the REVISION 3 bound written out by hand
 
 ORDERS = np.array([2, 3, 4, 5, 6, 8, 11, 16, 23, 32], dtype=float)  # small: dp_accounting's WOR is O(a^3)
 
@@ -59,12 +60,14 @@ def _sound_eps(curve: np.ndarray, orders: np.ndarray, delta: float, overhead: fl
     return float(max(0.0, np.min(eps)))
 
 
-def _rec_round(q: float, c: float, orders) -> tuple[np.ndarray, np.ndarray]:
-    """A Poisson round of DP-REC's messages as sent (seed and index visible to the server):
-    log(1 - q + q exp(a^2 c^2)) / (a-1) forward, log(1 - q + q exp((a-1)^2 c^2)) / (a-1) reverse."""
+def _rec_round(q: float, c: float, orders, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A Poisson round of DP-REC's messages as sent (seed and index visible to the server), K candidates
+    (REVISION 3): log(1 - q + q exp(L)) / (a-1) with L = a^2 c^2 (1 + 1/K) / 2 forward and
+    a (a-1) c^2 / 2 + log E[w_bar^(a-1)] reverse (the mean's moments by cumulants, in the rec_messages tests)."""
     a = np.asarray(orders, dtype=float)
-    fwd = np.logaddexp(math.log1p(-q), math.log(q) + a * a * c * c) / (a - 1.0)
-    rev = np.logaddexp(math.log1p(-q), math.log(q) + (a - 1.0) ** 2 * c * c) / (a - 1.0)
+    log_f, log_r = rec_bound(c, a, k)
+    fwd = np.logaddexp(math.log1p(-q), math.log(q) + log_f) / (a - 1.0)
+    rev = np.logaddexp(math.log1p(-q), math.log(q) + log_r) / (a - 1.0)
     return fwd, rev
 
 
@@ -342,9 +345,10 @@ def test_varying_clients_per_round(sampling, bits):
         fwd = {b: _poisson_round(b / 500, 0.8, orders) for b in (10, 40)}
         rev = fwd
     else:  # REC's messages as sent (server, zero): the seed-visible per-message bound, no overhead
-        fwd, rev = ({b: _rec_round(b / 500, 0.8, orders)[i] for b in (10, 40)} for i in (0, 1))
+        # 45 bits in one group: K = 2^45, which dprec (validly) takes at its cap 2^30
+        fwd, rev = ({b: _rec_round(b / 500, 0.8, orders, 2**30)[i] for b in (10, 40)} for i in (0, 1))
     expected = max(_sound_eps(3 * fwd[10] + fwd[40], orders, 1e-6), _sound_eps(3 * rev[10] + rev[40], orders, 1e-6))
-    assert result.epsilon == pytest.approx(expected, rel=1e-12)
+    assert result.epsilon == pytest.approx(expected, rel=1e-10)
     assert result.overhead == 0.0
     assert (result.messages, result.rounds, result.steps) == (70, 4, 4)
     assert result.sampling_rate == pytest.approx(70 / (4 * 500))
@@ -415,10 +419,11 @@ def test_dprec_epsilon_error_explains_total_bits():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # dprec_epsilon raises but never warns
         dprec_epsilon(**kw, bits=need - 1, method="paper")
-        # Sound, against the server or a message observer: REC's messages are bounded directly, any bits.
+        # Sound, against the server or a message observer: REC's messages are bounded directly, any bits
+        # (fewer candidates per group cost more, no error).
         for tm in ("server", "messages"):
             few, many = (dprec_epsilon(**kw, bits=b, threat_model=tm) for b in (7, 64))
-            assert math.isfinite(few.epsilon) and few.epsilon == many.epsilon and few.overhead == 0.0
+            assert math.isfinite(few.epsilon) and few.epsilon > many.epsilon and few.overhead == 0.0
     # Sound, central: REC's total-variation cost 12 * 10^4 * e^0.297 / 2^7 is far above delta / 2.
     with pytest.raises(ValueError, match=r"bits=7 .*too few for a central guarantee"):
         dprec_epsilon(**kw, bits=7, threat_model="central")
@@ -497,9 +502,12 @@ def test_central_steps_refuse_when_rec_total_variation_reaches_half_delta():
     with pytest.raises(ValueError, match=r"bits=32 .*too few for a central guarantee"):
         acc.step()
     assert acc.rounds == 65 and acc.accounting is before and acc.messages == 650
-    # The server's guarantee does not depend on the bits: the same accountant at any bits.
+    # The server's guarantee depends on the bits only through the smallest group's K = 2^(bits // groups);
+    # no overhead, no refusal.
     server = [DPRECRoundAccountant(bits=b, **RULE).step(rounds=200) for b in (8, 32)]
-    assert server[0] == dataclasses.replace(server[1], bits=8) and server[0].overhead == 0.0
+    assert server[0].epsilon > server[1].epsilon and server[0].overhead == server[1].overhead == 0.0
+    grouped = DPRECRoundAccountant(bits=32, groups=4, **RULE).step(rounds=200)
+    assert grouped == dataclasses.replace(server[0], bits=32)
 
 
 @pytest.mark.parametrize(
@@ -575,10 +583,11 @@ def test_accountant_sampling_rate_between_multiples():
     assert acc.clients_per_round == 3  # ceil(2.5): the expected count, rounded up, in rho
     result = acc.step(rounds=6)
     alphas = np.arange(2.0, 258.0)
-    # bits: REC's messages as sent (server, zero), the seed-visible bound at rate 0.25, no overhead.
-    fwd, rev = _rec_round(0.25, 0.5, alphas)
+    # bits: REC's messages as sent (server, zero), the seed-visible bound at rate 0.25, no overhead
+    # (64 bits in one group: K taken at dprec's cap 2^30).
+    fwd, rev = _rec_round(0.25, 0.5, alphas, 2**30)
     eps = max(_sound_eps(6 * fwd, alphas, 1e-5), _sound_eps(6 * rev, alphas, 1e-5))
-    assert result.epsilon == pytest.approx(eps, rel=1e-12)
+    assert result.epsilon == pytest.approx(eps, rel=1e-10)
     assert (result.sampling_rate, result.messages, result.steps, result.rounds) == (0.25, 18, 6, 6)
     assert result.overhead == 0.0
     # The Gaussian variant (bits=None): the exact Poisson round at rate 0.25.
@@ -624,7 +633,9 @@ def test_codec_accountant_passes_the_sampling_rate():
     codec = DPRECCodec(sigma=0.1, clip_multiplier=0.5, bits=16)
     template = {"w": np.zeros(4, np.float32), "b": np.zeros(3, np.float32), "c": np.zeros(1, np.float32)}
     acc = codec.accountant(template, num_clients=10, delta=1e-5, sampling="poisson", sampling_rate=0.25)
-    ref = DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=48))
+    # 3 tensors of 16 bits: 48 total bits in 3 groups (K = 2^16 for the server's bound).
+    ref = DPRECRoundAccountant(sampling_rate=0.25, groups=3, **dict(ACC, bits=48))
     assert acc.step(rounds=3) == ref.step(rounds=3)
+    assert DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=48)).step(rounds=3).epsilon < acc.accounting.epsilon
 
 

@@ -233,14 +233,23 @@ def test_round_accountant_and_codec_entry_points_match_dprec_epsilon():
         got = acc.step(rounds=50)
         direct = dprec_epsilon(**dict(MNIST, rounds=50, bits=60), threat_model=tm, relation=rel)
         assert got == direct and acc.threat_model == tm and acc.relation == rel
+        # The codec passes its groups (here 4 x 15 bits: K = 2^15 for REC's message bound); so must the direct call.
         codec = _codec_epsilon(clip_multiplier=0.545, bits=60, groups=4, rounds=50, clients_per_round=10,
                                num_clients=100, delta=100**-1.1, sampling="with_replacement", reverse="bound",
                                threat_model=tm, relation=rel)
-        assert codec == direct
+        grouped = dprec_epsilon(**dict(MNIST, rounds=50, bits=60), groups=4, threat_model=tm, relation=rel)
+        assert codec == grouped
+        grouped_acc = DPRECRoundAccountant(clients_per_round=10, num_clients=100, clip_multiplier=0.545,
+                                           delta=100**-1.1, bits=60, groups=4, threat_model=tm, relation=rel)
+        assert grouped_acc.step(rounds=50) == grouped
+        if (tm, rel) == ("server", "zero"):
+            assert grouped.epsilon > direct.epsilon  # K = 2^15 against 2^30 (60 bits in one group, capped)
     assert _codec_epsilon(clip_multiplier=0.545, bits=60, groups=4, rounds=50, clients_per_round=10, num_clients=100,
                           delta=100**-1.1, sampling="with_replacement", reverse="bound").threat_model == "server"
     local = _codec_local_epsilon(clip_multiplier=0.545, bits=60, groups=4, delta=1e-5, rounds=3)
     assert local.threat_model == "server" and local.relation == "zero"
+    assert local == dprec_local_epsilon(clip_multiplier=0.545, bits=60, groups=4, delta=1e-5, rounds=3)
+    assert local.epsilon > dprec_local_epsilon(clip_multiplier=0.545, bits=60, delta=1e-5, rounds=3).epsilon
 
 
 def test_dp_fedavg_threat_models_and_pld_is_tighter_at_the_demo_settings():
@@ -319,9 +328,15 @@ def test_accountant_dprec_events_equal_dprec_epsilon(tm, rel, bits):
     assert acc.rec_total_variation == pytest.approx(eta, rel=1e-9) and direct.overhead == pytest.approx(eta, rel=1e-9)
     assert acc.get_delta(direct.epsilon) == pytest.approx(MNIST["delta"], rel=1e-6)
     if bits is not None and tm != "central":
-        # REC's seed-visible message curves: the bits do not matter, and the cost is far above the Gaussian variant.
-        assert dprec_epsilon(**dict(MNIST, bits=8), threat_model=tm, relation=rel).epsilon == direct.epsilon
-        assert direct.epsilon > 5 * dprec_epsilon(**MNIST, threat_model=tm, relation=rel).epsilon
+        # REC's seed-visible message curves: the bits enter through K = 2^(bits // groups) (capped at 2^30, so
+        # 50 bits is 30), fewer candidates cost more; the cost is far above the Gaussian variant.
+        assert dprec_epsilon(**dict(MNIST, bits=8), threat_model=tm, relation=rel).epsilon > direct.epsilon
+        assert dprec_epsilon(**dict(MNIST, bits=30), threat_model=tm, relation=rel).epsilon == direct.epsilon
+        grouped = Accountant(threat_model=tm, relation=rel, orders=ORDERS).compose(
+            DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=48, groups=6, num_clients=100), count=10_000)
+        assert grouped.get_epsilon(MNIST["delta"]) == pytest.approx(
+            dprec_epsilon(**dict(MNIST, bits=48), groups=6, threat_model=tm, relation=rel).epsilon, rel=1e-12)
+        assert direct.epsilon > 2 * dprec_epsilon(**MNIST, threat_model=tm, relation=rel).epsilon
         assert math.isinf(Accountant(threat_model=tm, relation="add_remove").compose(ev).get_epsilon(1e-5))
     # A paper event has no threat model: inf with the caveat as the reason.
     paper = Accountant(threat_model=tm).compose(DPRECEvent(0.545, 0.01, bits=None, method="paper"), count=10)

@@ -55,6 +55,7 @@ from .dprec_rec import (
     REVERSE_METHODS,
     SAMPLING_SCHEMES,
     _central_rec_epsilon,
+    _rec_candidates,
     _rec_tv_cost,
     _sound_curves,
     rec_total_variation,
@@ -242,6 +243,12 @@ class DPRECEvent(PrivacyEvent):
     and the reverse term, exact or bounded by the forward), ``inf`` at fractional orders; the
     overhead is ``12 exp(c^2) / 2^b`` per step, or 0 when ``bits`` is None (the overhead omitted,
     as in the paper's reported numbers). ``sampling_rate=1`` gives the local guarantee.
+
+    With ``method="sound"`` (composed into an ``Accountant(threat_model=...)``) the curves are
+    :func:`dprec.accounting.dprec_step_rdp`'s: ``bits=None`` the Gaussian variant; with ``bits``
+    (the TOTAL bits of one message, split over ``groups``, default 1) the server and message
+    observers' curves bound REC's messages as sent, and a central observer pays REC's
+    total-variation cost (:meth:`rec_total_variation_per_step`).
     """
 
     clip_multiplier: float
@@ -251,6 +258,7 @@ class DPRECEvent(PrivacyEvent):
     method: str = "sound"
     sampling: str = "with_replacement"
     num_clients: Optional[int] = None
+    groups: Optional[int] = None
     rdp_conversion_ok: bool = field(default=False, init=False)
     two_tailed: bool = field(default=False, init=False)
 
@@ -259,6 +267,10 @@ class DPRECEvent(PrivacyEvent):
         check_probability(self.sampling_rate, "sampling_rate")
         if self.bits is not None:
             check_bits(self.bits)
+        if self.groups is not None:
+            g = check_count(self.groups, "groups")
+            if self.bits is not None and g > self.bits:
+                raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {g} > {self.bits}")
         if self.reverse not in REVERSE_METHODS:
             raise ValueError(f"reverse must be one of {REVERSE_METHODS}, got {self.reverse!r}")
         if not isinstance(self.method, str) or self.method not in DPREC_METHODS:
@@ -302,7 +314,7 @@ class DPRECEvent(PrivacyEvent):
             )
         else:
             messages = max(1, math.ceil(self.sampling_rate * int(self.num_clients) - 1e-9))
-        return rec_total_variation(messages, self.clip_multiplier, self.bits)
+        return rec_total_variation(messages, self.clip_multiplier, self.bits, self.groups)
 
     def no_guarantee_reason(self, threat_model: str, relation: str) -> str:
         return f"a DPRECEvent with method='paper' is {PAPER_CAVEAT}; use method='sound'"
@@ -320,7 +332,7 @@ class DPRECEvent(PrivacyEvent):
             n = 1 if self.num_clients is None else int(self.num_clients)
             out = _sound_curves(
                 float(self.clip_multiplier), float(self.sampling_rate), orders[integer], threat_model=threat_model,
-                relation=relation, sampling=self.sampling, n=n, rec=self.bits is not None,
+                relation=relation, sampling=self.sampling, n=n, rec=_rec_candidates(self.bits, self.groups),
             )
             if isinstance(out, str):
                 return out

@@ -168,7 +168,7 @@ from typing import Any, Optional
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.special import logsumexp
+from scipy.special import gammaln, logsumexp
 
 from ._checks import (
     check_bits,
@@ -730,37 +730,95 @@ def _log_mix_rdp(q: float, x: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     return out / (alphas - 1.0)
 
 
-def rec_message_log_moments(clip_multiplier: float, orders: Any) -> tuple[np.ndarray, np.ndarray]:
+#: Candidates per group above which the mean's moments are taken at this many (they only shrink as
+#: K grows, so a smaller K is a valid, and here indistinguishable, upper bound; it bounds the work).
+_REC_MOMENT_MAX_CANDIDATES = 1 << 30
+
+
+def _log_mean_power_moments(x: float, top: int, k: int) -> np.ndarray:
+    """``log E[w_bar^m]`` for ``m = 0 .. top``: ``w_bar`` the mean of ``k`` i.i.d. ``w = exp(sqrt(x) z - x/2)``.
+
+    Exact: ``E[w^m] = exp(m (m-1) x / 2)``; moments of a sum of independent terms combine by
+    binomial convolution ``E[(A+B)^n] = sum_i C(n, i) E[A^i] E[B^(n-i)]`` (non-negative terms, summed
+    in log space), ``k`` terms by binary powering (``O(log k top^2)``).
+    """
+    m = np.arange(top + 1, dtype=np.float64)
+    n, i = m[:, None], m[None, :]
+    valid = i <= n
+    nmi = np.where(valid, n - i, 0.0)
+    lbin = np.where(valid, gammaln(n + 1.0) - gammaln(i + 1.0) - gammaln(nmi + 1.0), -np.inf)
+    idx = nmi.astype(np.int64)
+
+    def conv(la: np.ndarray, lb: np.ndarray) -> np.ndarray:
+        return logsumexp(lbin + la[None, :] + np.where(valid, lb[idx], -np.inf), axis=1)
+
+    base = m * (m - 1.0) * (x / 2.0)
+    result: Optional[np.ndarray] = None
+    kk = int(k)
+    while kk:
+        if kk & 1:
+            result = base if result is None else conv(result, base)
+        kk >>= 1
+        if kk:
+            base = conv(base, base)
+    assert result is not None
+    return result - m * math.log(k)
+
+
+def rec_message_log_moments(
+    clip_multiplier: float, orders: Any, candidates: Optional[int] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Bounds on the log-moments of one DP-REC message as a server sees it, against a zero update.
 
     The observer knows the public seed, so a message shows every group's ``K`` candidates (i.i.d.
     from the prior ``p``) and the chosen index; with a zero update the index is uniform. With
-    ``w_k = q(Delta_k) / p(Delta_k)`` (log-normal: ``log w ~ N(-c_g^2 / 2, c_g^2)`` for a group
-    whose part of the update has ``||phi_g|| = c_g sigma``) and ``w_bar`` their mean:
+    ``w_k = q(Delta_k) / p(Delta_k)`` (log-normal: ``log w ~ N(-x/2, x)``, ``x = c_g^2`` for a group
+    whose part of the update has ``||phi_g|| = c_g sigma``), ``M_r = (1/K) sum_k w_k^r`` and
+    ``w_bar = M_1``:
 
-    * forward, ``E_0[(P_phi / P_0)^a] = E[(1/K) sum_k (w_k / w_bar)^a]``; Jensen on ``y^-a``
-      (``w_bar^-a <= (1/K) sum_j w_j^-a``) bounds it by ``1/K + (1 - 1/K) E[w^a] E[w^-a]
-      = 1/K + (1 - 1/K) exp(a^2 c_g^2) <= exp(a^2 c_g^2)``;
-    * reverse, ``E_phi[(P_0 / P_phi)^a] = E[(1/K) sum_k (w_bar / w_k)^(a-1)]``; Jensen on ``y^(a-1)``
-      bounds it by ``1/K + (1 - 1/K) exp((a-1)^2 c_g^2) <= exp((a-1)^2 c_g^2)``.
+    * forward, ``E_0[(P_phi / P_0)^a] = E[M_a w_bar^-a]``. ``M_a`` increases and ``w_bar^-a``
+      decreases in every ``w_k``, and the ``w_k`` are independent, so by Harris' (FKG) inequality
+      ``E[M_a w_bar^-a] <= E[M_a] E[w_bar^-a]``; ``E[M_a] = E[w^a] = exp(a (a-1) x / 2)`` and, as
+      ``w_bar`` is at least the geometric mean, ``E[w_bar^-a] <= E[w^(-a/K)]^K = exp(a (a + K) x / (2K))``:
+      log-moment ``<= a^2 x (1 + 1/K) / 2``;
+    * reverse, ``E_phi[(P_0 / P_phi)^a] = E[w_bar^(a-1) M_-(a-1)]``, by the same inequality at most
+      ``E[w_bar^(a-1)] E[w^-(a-1)]``: log-moment ``<= a (a-1) x / 2 + log E[w_bar^(a-1)]``, the mean's
+      moment computed exactly (:func:`_log_mean_power_moments`).
 
-    Groups are independent given the update, so a message's log-moment is the sum over groups; each
-    bound ``log(1/K + (1 - 1/K) exp(beta x))`` is convex in ``x = c_g^2`` and 0 at 0, hence
-    superadditive, so under the global clip ``sum_g c_g^2 <= c^2`` the sum is at most the value at
-    ``x = c^2`` whatever the allocation and the group sizes. Returns ``(a^2 c^2, (a-1)^2 c^2)``: the
-    logs of the forward and reverse moments, i.e. ``(a-1)`` times the Renyi divergences. (The
-    Gaussian ``N(phi)`` against ``N(0)`` has ``a (a-1) c^2 / 2`` for both: REC's seed-visible
-    message may cost up to about twice that, and its reverse provably exceeds it at orders above
-    ``2 + 2 log(K) / c^2``, see ``tests/test_privacy_verification.py``.)
+    Groups are independent given the update, so a message's log-moment is the sum over its groups.
+    Both bounds are convex in ``x`` and 0 at ``x = 0`` (``log E[w_bar^m]`` is the log of a positive
+    combination of exponentials of ``x``), hence superadditive, and they only grow as ``K``
+    shrinks (the sample mean's convex moments decrease in ``K``): under the global clip
+    ``sum_g c_g^2 <= c^2``, the message is bounded by the value at ``x = c^2`` and the smallest
+    group's ``K``, whatever the split. ``candidates=None`` takes ``K = 1`` (valid for any ``K``).
+    Returns the forward and reverse log-moments, ``(a - 1)`` times the Renyi bounds. The Gaussian
+    ``N(phi)`` against ``N(0)`` has ``a (a-1) c^2 / 2`` for both; REC's seed-visible reverse
+    provably exceeds that at orders above ``2 + 2 log(K) / c^2`` (see
+    ``tests/test_accounting_rec_messages.py``).
     """
     c = check_positive(clip_multiplier, "clip_multiplier")
     alphas = check_orders(orders, integer=True)
-    return alphas * alphas * (c * c), (alphas - 1.0) ** 2 * (c * c)
+    k = 1 if candidates is None else check_count(candidates, "candidates")
+    k = min(k, _REC_MOMENT_MAX_CANDIDATES)
+    x = c * c
+    forward = alphas * alphas * x * (1.0 + 1.0 / k) / 2.0
+    top = int(alphas.max()) - 1
+    mean_moments = _log_mean_power_moments(x, top, k)
+    reverse = alphas * (alphas - 1.0) * x / 2.0 + mean_moments[(alphas - 1.0).astype(np.int64)]
+    return forward, reverse
 
 
-def _rec_attributed(c: float, q: float, alphas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rec_candidates(bits: Optional[int], groups: Optional[int] = None) -> Optional[int]:
+    """``K`` of the smallest group (``2^(bits // groups)``), or None for the Gaussian variant."""
+    if bits is None:
+        return None
+    per_group = bits // (1 if groups is None else max(1, int(groups)))
+    return 1 << min(max(per_group, 0), 30)
+
+
+def _rec_attributed(c: float, q: float, alphas: np.ndarray, candidates: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """Server view of one step with a DP-REC message at rate ``q`` (zero-out): forward and reverse RDP."""
-    log_f, log_r = rec_message_log_moments(c, alphas)
+    log_f, log_r = rec_message_log_moments(c, alphas, candidates)
     return _log_mix_rdp(q, log_f, alphas), _log_mix_rdp(q, log_r, alphas)
 
 
@@ -812,11 +870,12 @@ def _attributed(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
 
 def _sound_curves(
     c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int,
-    rec: bool = False,
+    rec: Optional[int] = None,
 ) -> "tuple[np.ndarray, np.ndarray] | str":
     """Per-step (forward, reverse) curves of ``method="sound"``, or the reason there is none.
 
-    ``rec=False``: the uncompressed Gaussian variant (``bits=None``). ``rec=True``: DP-REC's messages
+    ``rec=None``: the uncompressed Gaussian variant (``bits=None``). ``rec=K`` (candidates of the
+    smallest group, :func:`_rec_candidates`): DP-REC's messages
     as sent (seed and index); for ``"server"`` and ``"messages"`` the message itself is bounded
     (:func:`rec_message_log_moments`), for ``"central"`` the Gaussian curves hold and REC's cost is a
     total-variation term added by :func:`_finish_sound`.
@@ -825,7 +884,7 @@ def _sound_curves(
         if relation == "add_remove":
             return _SERVER_ADD_REMOVE if threat_model == "server" else _REC_MESSAGES_ADD_REMOVE
         # "messages": the server's bound, by post-processing (dropping the attribution).
-        return _rec_attributed(c, q, alphas)
+        return _rec_attributed(c, q, alphas, int(rec))
     if threat_model == "server":
         if relation == "add_remove":
             return _SERVER_ADD_REMOVE
@@ -901,6 +960,7 @@ def dprec_step_rdp(
     sampling: str,
     num_clients: int,
     bits: Optional[int] = None,
+    groups: Optional[int] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-step (one slot with replacement, one round otherwise) Renyi curves of ``method="sound"``.
 
@@ -938,7 +998,7 @@ def dprec_step_rdp(
     n = check_count(num_clients, "num_clients")
     if bits is not None:
         check_bits(bits)
-    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n, rec=bits is not None)
+    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n, rec=_rec_candidates(bits, groups))
     if isinstance(out, str):
         return np.full(alphas.shape, np.inf), np.full(alphas.shape, np.inf)
     return out
@@ -954,7 +1014,9 @@ def _both_tails(forward: np.ndarray, rev: np.ndarray, alphas: np.ndarray, delta_
     return float(er[i_r]), i_r
 
 
-def _local_epsilon_k(c: float, k: int, delta: float, bits: Optional[int], alphas: np.ndarray) -> float:
+def _local_epsilon_k(
+    c: float, k: int, delta: float, bits: Optional[int], alphas: np.ndarray, groups: Optional[int] = None
+) -> float:
     """Epsilon of ``k`` messages of one client seen by the server, both tails.
 
     ``bits=None``: Gaussian messages, RDP ``k a c^2 / 2`` both ways. Otherwise DP-REC's messages as
@@ -966,7 +1028,7 @@ def _local_epsilon_k(c: float, k: int, delta: float, bits: Optional[int], alphas
         forward = k * alphas * (c * c / 2.0)
         rev = forward
     else:
-        log_f, log_r = rec_message_log_moments(c, alphas)
+        log_f, log_r = rec_message_log_moments(c, alphas, _rec_candidates(bits, groups))
         forward, rev = k * log_f / (alphas - 1.0), k * log_r / (alphas - 1.0)
     return _both_tails(forward, rev, alphas, delta / 2.0)[0]
 
@@ -1047,7 +1109,7 @@ def _max_participations(steps: int, q: float, tail: float) -> int:
 
 def _local_guarantee(
     c: float, delta: float, bits: Optional[int], alphas: np.ndarray, *, steps: int, q: float,
-    expected: Optional[float] = None, tail: Optional[float] = None,
+    expected: Optional[float] = None, tail: Optional[float] = None, groups: Optional[int] = None,
 ) -> LocalGuarantee:
     """Contract item 8: per message, over the expected participations, over a high-probability maximum."""
     tail = delta / 10.0 if tail is None else tail
@@ -1055,11 +1117,11 @@ def _local_guarantee(
     expected_k = max(1, math.ceil(mean - 1e-9 * mean))
     k_max = _max_participations(steps, q, tail)
     return LocalGuarantee(
-        per_message=_local_epsilon_k(c, 1, delta, bits, alphas),
+        per_message=_local_epsilon_k(c, 1, delta, bits, alphas, groups),
         expected_participations=expected_k,
-        epsilon_expected=_local_epsilon_k(c, expected_k, delta, bits, alphas),
+        epsilon_expected=_local_epsilon_k(c, expected_k, delta, bits, alphas, groups),
         max_participations=k_max,
-        epsilon_max=_local_epsilon_k(c, k_max, delta, bits, alphas),
+        epsilon_max=_local_epsilon_k(c, k_max, delta, bits, alphas, groups),
         delta_max=delta + tail,
         tail_probability=tail,
     )
@@ -1164,7 +1226,7 @@ def _no_guarantee_error(threat_model: str, relation: str, reason: str, what: str
 
 def _sound_central(
     c: float, t: int, b: int, n: int, alphas: np.ndarray, sampling: str, threat_model: str,
-    relations: tuple = RELATIONS, rec: bool = False,
+    relations: tuple = RELATIONS, rec: Optional[int] = None,
 ) -> tuple[dict, int, float]:
     """Composed sound curves ``{relation: (F, R) or reason}`` of ``t`` rounds, steps and step rate."""
     q, per_round = _round_unit(sampling, b, n)
@@ -1249,8 +1311,10 @@ def _orders(orders: Any) -> np.ndarray:
     return check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
 
 
-def _central_local(c: float, delta: float, bits: Optional[int], alphas: np.ndarray, steps: int, q: float) -> LocalGuarantee:
-    return _local_guarantee(c, delta, bits, alphas, steps=steps, q=q)
+def _central_local(
+    c: float, delta: float, bits: Optional[int], alphas: np.ndarray, steps: int, q: float, groups: Optional[int] = None
+) -> LocalGuarantee:
+    return _local_guarantee(c, delta, bits, alphas, steps=steps, q=q, groups=groups)
 
 
 def dprec_epsilon(
@@ -1345,7 +1409,7 @@ def dprec_epsilon(
     if bits is not None and method == "paper":
         _enforce_bit_rule(messages=t * b, clip_multiplier=c, delta=delta, bits=bits, groups=None, warn=False)
     q_unit, per_round = _round_unit(sampling, b, n)
-    local = _central_local(c, delta, bits, alphas, t * per_round, q_unit)
+    local = _central_local(c, delta, bits, alphas, t * per_round, q_unit, groups)
     if method == "paper":
         forward, rev, steps, q = _central(c, t, b, n, alphas, sampling, reverse)
         return _result(
@@ -1353,7 +1417,7 @@ def dprec_epsilon(
             sampling=sampling, rounds=t, local=local,
         )
     assert tm is not None and rel is not None
-    curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm, rec=bits is not None)
+    curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm, rec=_rec_candidates(bits, groups))
     return _finish_sound(
         curves, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
         sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=local, groups=groups,
@@ -1385,6 +1449,7 @@ def dprec_local_epsilon(
     threat_model: Optional[str] = None,
     relation: Optional[str] = None,
     method: str = "sound",
+    groups: Optional[int] = None,
 ) -> DPRECAccounting:
     """Local (eps, delta) of DP-REC: what the ``rounds`` messages of one client reveal about it.
 
@@ -1396,13 +1461,15 @@ def dprec_local_epsilon(
     * ``method="sound"``: with ``bits=None`` each message is the Gaussian ``N(phi, sigma^2)``
       against ``N(0, sigma^2)`` (Renyi divergence ``a c^2 / 2`` both ways); with ``bits`` it is
       DP-REC's message as sent, seed and index visible (:func:`rec_message_log_moments`: log-moments
-      ``a^2 c^2`` forward and ``(a-1)^2 c^2`` reverse). Both tails: ``eps = max`` over directions of
+      at most ``a^2 c^2 (1 + 1/K) / 2`` forward and ``a (a-1) c^2 / 2 + log E[w_bar^(a-1)]``
+      reverse). Both tails: ``eps = max`` over directions of
       the improved (Balle et al.) conversion at ``delta / 2``; ``relation="add_remove"`` gives
       ``inf`` with the reason (the observer sees whether the client sends at all).
     * ``method="paper"``: Theorem 1 with ``c_lambda = lambda c^2 / 2`` (eq. (57)),
       ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``.
 
-    ``bits`` is the TOTAL bits of one message.
+    ``bits`` is the TOTAL bits of one message, split over ``groups`` (default 1; the REC bound uses
+    the smallest group's ``2^(bits // groups)`` candidates).
     """
     method, tm, rel = _resolve_local(method, threat_model, relation)
     steps = check_count(rounds, "rounds")
@@ -1422,7 +1489,7 @@ def dprec_local_epsilon(
     if bits is None:
         curves = {"zero": (forward, forward.copy()), "add_remove": _LOCAL_ADD_REMOVE}
     else:  # DP-REC's messages as sent: seed and index visible to the server
-        log_f, log_r = rec_message_log_moments(c, alphas)
+        log_f, log_r = rec_message_log_moments(c, alphas, _rec_candidates(bits, groups))
         curves = {"zero": (steps * log_f / (alphas - 1.0), steps * log_r / (alphas - 1.0)), "add_remove": _LOCAL_ADD_REMOVE}
     result = _finish_sound(
         curves, alphas, c=c, delta=delta, bits=bits, messages=steps, steps=steps, q=1.0, reverse="exact",
@@ -1477,7 +1544,7 @@ def dprec_delta(
         delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(t * b, c, bits)
         return min(1.0, delta), float(alphas[best])
     assert tm is not None and rel is not None
-    curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=bits is not None)
+    curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=_rec_candidates(bits, groups))
     entry = curves[rel]
     if isinstance(entry, str):
         return 1.0, math.nan
@@ -1534,7 +1601,7 @@ def dprec_calibrate(
     if method == "sound":
         assert tm is not None and rel is not None
         probe = _sound_curves(1.0, _round_unit(sampling, b, n)[0], alphas[:1], threat_model=tm, relation=rel,
-                              sampling=sampling, n=n, rec=bits is not None)
+                              sampling=sampling, n=n, rec=_rec_candidates(bits, groups))
         if isinstance(probe, str):
             raise _no_guarantee_error(tm, rel, probe, "dprec_calibrate")
 
@@ -1546,7 +1613,7 @@ def dprec_calibrate(
                 reverse=reverse, sampling=sampling, rounds=t,
             )
         curves, steps, q = _sound_central(  # type: ignore[arg-type]
-            c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=bits is not None
+            c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=_rec_candidates(bits, groups)
         )
         return _finish_sound(
             curves, alphas, c=c, delta=delta, bits=bits, messages=messages, steps=steps, q=q, reverse=reverse,
@@ -1785,7 +1852,8 @@ class DPRECRoundAccountant:
             if self._method == "sound":
                 self._curves[key] = {
                     rel: _sound_curves(self._c, key_rate, self._alphas, threat_model=self._threat_model,
-                                       relation=rel, sampling=self._sampling, n=self._n, rec=self._bits is not None)
+                                       relation=rel, sampling=self._sampling, n=self._n,
+                                       rec=_rec_candidates(self._bits, self._groups))
                     for rel in RELATIONS
                 }
             elif isinstance(key, float):
@@ -1813,7 +1881,7 @@ class DPRECRoundAccountant:
         else:
             expected = rate_sum
             q_max = max(k if isinstance(k, float) else k / self._n for k in sizes)
-        local = _local_guarantee(self._c, self._delta, self._bits, self._alphas, steps=steps, q=q_max,
+        local = _local_guarantee(self._c, self._delta, self._bits, self._alphas, steps=steps, q=q_max, groups=self._groups,
                                  expected=expected)
         if self._method == "paper":
             forward, rev = self._compose(units, None)
@@ -2000,5 +2068,5 @@ def _codec_local_epsilon(
         )
     return dprec_local_epsilon(
         clip_multiplier=clip_multiplier, delta=delta, bits=bits, rounds=t, threat_model=threat_model,
-        relation=relation, method=method,
+        relation=relation, method=method, groups=groups,
     )
