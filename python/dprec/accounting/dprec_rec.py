@@ -762,7 +762,9 @@ def _log_mean_power_moments(x: float, top: int, k: int) -> np.ndarray:
         if kk:
             base = conv(base, base)
     assert result is not None
-    return result - m * math.log(k)
+    out = result - m * math.log(k)
+    out[: min(top, 1) + 1] = 0.0  # E[w_bar^0] = E[w_bar] = 1 exactly (the sum rounds to within ~1e-14)
+    return out
 
 
 def rec_message_log_moments(
