@@ -26,42 +26,48 @@ each message, the default; ``"messages"``: it sees every message but not the sen
 ``"central"``: it sees only the aggregates) and ``relation`` (``"zero"``: one client's update
 replaced by a zero update, the default; ``"add_remove"``: one client added or removed). The result
 reports both relations (``epsilons``; ``inf`` with a reason in ``reasons`` where nothing is proved)
-and the local guarantee (``local``). Per-step curves (:func:`dprec_step_rdp`), with
-``ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``:
+and the local guarantee (``local``). The derivations, with the assumptions (clients keep no hidden
+state between rounds, fresh unlinkable seeds, public aggregation weights for ``"central"``), are in
+``docs/privacy.md``.
 
-* ``"server"``, ``"zero"``: ``ATTRIBUTED`` per slot (``q = 1/N``, ``T B`` slots, with
-  replacement) or per round (``q = B/N``, ``T`` rounds). The observer learns which client each
-  message belongs to (data-independent); only the target's messages differ, ``N(phi)`` against
-  ``N(0)``, present with probability ``q``. Symmetric. ``"add_remove"``: ``inf`` (the observer
-  sees whether the target takes part at all).
-* ``"messages"``, with replacement, ``"add_remove"``: a slot shows ``P = (1-q) M + q N(phi)``
-  against ``P' = M``, ``M`` the uniform mixture of the other clients' ``N(phi_j)``,
-  ``||phi_j|| <= C`` arbitrary. ``exp((a-1) D_a)`` is jointly convex, so ``D_a(P || P') <= max_j
-  D_a((1-q) N(phi_j) + q N(phi) || N(phi_j))``: a sampled Gaussian with shift at most ``2C``
-  (Mironov, Talwar and Zhang 2019, monotone in the shift), i.e. ``sampled_gaussian_rdp(q, 1/(2c))``;
-  the reverse by the same pairing is the exact reverse sampled Gaussian at ``2c``
-  (:func:`dprec_reverse_rdp`). ``T B`` slots compose adaptively (a round's shuffled multiset is
-  post-processing of its slots). ``"zero"``: per order the smaller of two valid bounds:
-  ``ATTRIBUTED(1/N, c)`` (the server's bound, by post-processing) and
-  ``DOMINATED(q, c)(a) = log(exp((a-1) SG(a)) + a (a-1) q^2 (exp(4 c^2) - 1) / 2) / (a-1)``,
-  ``SG = sampled_gaussian_rdp(q, 1/(2c))``, from hockey-stick dominance (see
-  :func:`_zero_out_dominated_rdp`). (Wang, Balle and Kasiviswanathan's bound for a size-1
-  subsample without replacement at sensitivity ``2C`` is also valid here, a slot being such a
-  subsample and zero-out a replace-one, but it is never below the smaller of these two for
-  ``c`` from 0.1 to 4 and ``N`` from 2 to 10^4, so it is not used.)
-* ``"messages"``, Poisson / without replacement: ``"zero"`` is ``ATTRIBUTED`` (post-processing of
-  the server's view); ``"add_remove"`` is ``inf`` (an added client changes the number of messages).
-* ``"central"``: the ``"messages"`` curves (REC's decoded sum is a function of the unattributed
-  messages; nothing tighter is proved).
-* Overhead ``12 rho / 2^b``, ``rho = T B exp(c^2)`` (Theorem 1, unchanged). Conversion with both
-  tails (the proof's eq. (20) bounds ``E exp(lambda |L|)`` by the SUM of the two one-sided moments,
-  not the larger): ``delta' = (delta - overhead) / 2`` and ``eps = max`` over directions of the
-  improved RDP conversion (Balle et al. 2020) of the composed forward / reverse curve at ``delta'``.
-* Local guarantee (``local``, :class:`~dprec.accounting.guarantee.LocalGuarantee`): one message is
-  ``N(phi)`` against ``N(0)``, RDP ``a c^2 / 2`` both ways, converted as above with the overhead of
-  one message; over the expected participations (``T B / N`` or ``T q``, rounded up); and over
-  ``k_max``, the smallest ``k`` with ``P(Bin(steps, q) > k) <= delta / 10``, valid at
-  ``delta + delta / 10`` because participation is data-independent.
+What is accounted depends on ``bits``:
+
+* ``bits=None``: the uncompressed Gaussian mechanism DP-REC simulates, each message ``N(phi, sigma^2 I)``
+  (what the paper's tables report). Per-step curves (:func:`dprec_step_rdp`), with
+  ``ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``:
+
+  - ``"server"``, ``"zero"``: ``ATTRIBUTED`` per slot (``q = 1/N``, ``T B`` slots, with
+    replacement) or per round (``q = B/N``, ``T`` rounds): the observer learns which client each
+    message belongs to; only the target's messages differ, present with probability ``q``.
+    ``"add_remove"``: ``inf`` (the observer sees whether the target takes part at all).
+  - ``"messages"``, with replacement, ``"add_remove"``: a slot shows ``(1-q) M + q N(phi)`` against
+    ``M``, the mixture of the other clients' ``N(phi_j)``; joint convexity of ``exp((a-1) D_a)``
+    reduces it to a sampled Gaussian with shift at most ``2C``: ``sampled_gaussian_rdp(q, 1/(2c))``,
+    the reverse the exact reverse sampled Gaussian at ``2c``. ``"zero"``: per order the smaller of
+    ``ATTRIBUTED`` (post-processing of the server's view) and ``DOMINATED(q, c)(a) = log(exp((a-1)
+    SG(a)) + a (a-1) q^2 (exp(4 c^2) - 1) / 2) / (a-1)`` from hockey-stick dominance
+    (:func:`_zero_out_dominated_rdp`). Poisson / without replacement: ``"zero"`` is ``ATTRIBUTED``,
+    ``"add_remove"`` ``inf`` (an added client changes the number of messages).
+  - ``"central"``: the ``"messages"`` curves (the decoded sum is a function of the messages).
+
+* ``bits`` given (what :class:`dprec.codec.DPRECCodec` passes): DP-REC's messages as sent.
+
+  - ``"server"`` and ``"messages"``: the observer knows the public seed, so a message shows every
+    group's ``K`` candidates and the chosen index; its reverse divergence provably exceeds the
+    Gaussian's at high orders, so each message is bounded directly by
+    :func:`rec_message_log_moments` (Harris' inequality with the mean's exact moments, ``K`` the
+    smallest group's ``2^(bits // groups)``), inside ``ATTRIBUTED``'s mixture. No Theorem 1
+    overhead, no bit-width rule. ``"add_remove"``: ``inf``.
+  - ``"central"``: the Gaussian curves above plus REC's total-variation distance to the Gaussian
+    mechanism, ``eta = messages * groups * 12 exp(c^2) / 2^(bits // groups)``
+    (:func:`rec_total_variation`), paid in both neighbouring runs: ``(1 + e^eps) eta`` of delta.
+
+* Conversion: each direction's composed curve by the improved RDP conversion (Balle et al. 2020)
+  at half the delta left, ``eps`` the larger (both tails; conservative).
+* Local guarantee (``local``, :class:`~dprec.accounting.guarantee.LocalGuarantee`): one message
+  (Gaussian, or REC's bound with ``bits``), over the expected participations (``T B / N`` or
+  ``T q``, rounded up), and over ``k_max``, the smallest ``k`` with ``P(Bin(steps, q) > k) <=
+  delta / 10``, valid at ``delta + delta / 10`` because participation is data-independent.
 
 ``method="paper"`` is Algorithm 7 exactly as printed (below), only for ``"with_replacement"``, with
 ``threat_model=None``, ``relation=None`` and a ``caveat``: it treats every slot that misses the
