@@ -13,6 +13,7 @@ use settings whose lower bound clears the claim by about 1 (in epsilon) at that 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -57,6 +58,12 @@ def test_lower_bound_below_claim(mechanism, threat_model, relation, kw):
     assert isinstance(r, AuditResult)
     assert r.threat_model == threat_model and r.relation == relation and r.mechanism == mechanism
     assert 0.0 <= r.epsilon_lower <= r.epsilon_claimed <= r.epsilon_accounted, r.summary()
+    if math.isfinite(r.epsilon_accounted):
+        assert r.epsilon_lower <= r.epsilon_accounted, r.summary()
+    if mechanism == "dprec":
+        # REC's messages as sent are bounded against the server and a message observer at 7 bits; a
+        # central observer would pay REC's total-variation cost, which 7 bits cannot.
+        assert math.isfinite(r.epsilon_accounted) == (threat_model != "central"), r.summary()
     assert r.consistent and r.broken is None
     assert 0.0 <= r.fpr <= r.fpr_upper <= 1.0 and 0.0 <= r.fnr <= r.fnr_upper <= 1.0
 
@@ -71,15 +78,21 @@ def test_power_on_broken_variants(mechanism, threat_model, broken, kw):
 
 
 def test_dprec_accounting_reports_the_overhead():
+    # Against the server (default): REC's message with K = 2**7 candidates bounded as sent, finite and
+    # above the Gaussian variant's epsilon (the claim, a reference).
     r = audit("dprec", trials=400, seed=1, progress=False)
-    # K = 2**7 candidates: Theorem 1's overhead 12 e^{c^2} / 2^7 exceeds delta, so the accounted
-    # epsilon is inf, and the claim compared is the bound without it.
+    assert math.isfinite(r.epsilon_accounted) and 0 < r.epsilon_claimed < r.epsilon_accounted < 10
+    assert "as sent" in r.accounted_note and "bits=None" in r.accounted_note
+    json.dumps(r.to_dict())
+    assert r.params["candidates"] == 128 and r.params["dim"] == 16
+    # Against a central observer: REC's total-variation cost 12 e^{c^2} / 2^7 per message exceeds delta,
+    # so the accounted epsilon is inf, and the claim compared is the Gaussian variant's.
+    r = audit("dprec", threat_model="central", trials=400, seed=1, progress=False)
     assert r.epsilon_accounted == float("inf") and 0 < r.epsilon_claimed < 10
-    assert "overhead" in r.accounted_note
+    assert "total-variation" in r.accounted_note
     d = r.to_dict()
     assert d["epsilon_accounted"] == "inf"
     json.dumps(d)
-    assert r.params["candidates"] == 128 and r.params["dim"] == 16
 
 
 def test_lower_bound_statistics():

@@ -140,49 +140,103 @@ def test_codec_epsilon_uses_the_layout_total_bits(sampling):
     layout = codec.layout(FOUR)
     assert (layout.num_groups, layout.total_bits) == (4, 48)
     result = codec.epsilon(FOUR, **RUN, sampling=sampling)
-    expected = dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, sampling=sampling)
+    expected = dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, groups=4, sampling=sampling)
     assert result == expected and result.bits == 48 and result.sampling == sampling
+    # The groups are passed: REC's bound takes K = 2^12 per group, not 2^48 for one group.
+    assert result.epsilon > dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, sampling=sampling).epsilon
     assert codec.epsilon(layout, **RUN, sampling=sampling) == expected  # a Layout works too
-    # Non-uniform bits: the total counts.
+    # Non-uniform bits: Algorithm 7 (method="paper") counts the total; the sound bound the
+    # smallest group's K (4 groups x 7 bits), never the total's average (43 // 4 = 10 bits).
     mixed = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits={"a": 20, "b": 9})
     assert mixed.layout(FOUR).total_bits == 20 + 9 + 7 + 7
-    assert mixed.epsilon(FOUR, **RUN, sampling=sampling).bits == 43
+    got = mixed.epsilon(FOUR, **RUN, sampling=sampling)
+    assert got == dprec_epsilon(**RUN, clip_multiplier=0.7, bits=28, groups=4, sampling=sampling) and got.bits == 28
+    assert got.epsilon > dprec_epsilon(**RUN, clip_multiplier=0.7, bits=43, groups=4, sampling=sampling).epsilon
+    if sampling == "with_replacement":
+        paper = dict(RUN, delta=1e-3)
+        assert mixed.epsilon(FOUR, **paper, method="paper").bits == 43
 
 
 def test_codec_local_epsilon():
     codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=12)
-    assert codec.local_epsilon(FOUR, delta=1e-5, rounds=3) == dprec_local_epsilon(
-        clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3
-    )
+    got = codec.local_epsilon(FOUR, delta=1e-5, rounds=3)
+    assert got == dprec_local_epsilon(clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3, groups=4)
+    assert math.isfinite(got.epsilon)
+    assert got.epsilon > dprec_local_epsilon(clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3).epsilon
+    # Any bits work against the server: REC's messages are bounded as sent.
+    assert math.isfinite(DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=1).local_epsilon(FOUR, delta=1e-5).epsilon)
 
 
-def test_codec_epsilon_too_few_bits_names_bits_and_the_fix():
-    # 4 tensors x 7 bits = 28 total bits for 1000 messages: 12 * 1000 * e^0.49 / 2^28 = 7.3e-5 >= 1e-5.
+def test_codec_epsilon_few_bits_are_fine_against_the_server_and_messages():
+    # 4 tensors x 7 bits = 28 total bits for 1000 messages: far below the paper's bit-width rule,
+    # but the server and message observers' bounds hold for any K: no error, no warning.
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7)
+    assert dprec_overhead(1000, 0.7, 28) >= 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for tm in ("server", "messages"):
+            result = codec.epsilon(FOUR, **RUN, threat_model=tm)
+            assert math.isfinite(result.epsilon) and result.overhead == 0.0
+            assert result == dprec_epsilon(**RUN, clip_multiplier=0.7, bits=28, groups=4, threat_model=tm)
+        acc = codec.accountant(FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100)
+        acc.step(rounds=100)
+        assert acc.epsilon == codec.epsilon(FOUR, **RUN).epsilon
+    # Fewer bits per group, fewer candidates: a larger (still finite) epsilon.
+    assert codec.epsilon(FOUR, **RUN).epsilon > DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=16).epsilon(
+        FOUR, **RUN).epsilon
+
+
+def test_codec_epsilon_central_names_bits_when_the_total_variation_cost_reaches_delta():
+    # Central: eta = 1000 messages x 4 groups x 12 e^0.49 / 2^7 = 612 >> delta.
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7)
+    with pytest.raises(ValueError, match=r"bits=28 .*4 group\(s\).*central") as err:
+        codec.epsilon(FOUR, **RUN, threat_model="central")
+    assert "total-variation" in str(err.value) and "threat_model='server'" in str(err.value)
+    with pytest.raises(ValueError, match=r"bits=28"):
+        codec.accountant(FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100,
+                         threat_model="central")
+    # A short run with 24 bits per group: eta = 50 x 4 x 12 e^0.49 / 2^24 = 2.3e-4 < delta / 2.
+    short = dict(RUN, rounds=5, delta=1e-2)
+    ok = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=24).epsilon(FOUR, **short, threat_model="central")
+    assert math.isfinite(ok.epsilon) and 0.0 < ok.overhead < 1e-2 / 2
+    assert ok == dprec_epsilon(**short, clip_multiplier=0.7, bits=96, groups=4, threat_model="central")
+    assert ok.overhead == pytest.approx(50 * 4 * 12 * math.exp(0.49) / 2**24)
+
+
+def test_codec_epsilon_paper_too_few_bits_names_bits_and_the_fix():
+    # method="paper": 4 tensors x 7 bits = 28 total bits for 1000 messages:
+    # 12 * 1000 * e^0.49 / 2^28 = 7.3e-5 >= 1e-5 breaks the bit-width rule.
+    paper = dict(RUN, method="paper")
     codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7)
     need = dprec_min_bits(messages=1000, clip_multiplier=0.7, delta=1e-5, groups=4)
     assert dprec_overhead(1000, 0.7, 28) >= 1e-5
     with pytest.raises(ValueError, match=r"bits: the message has 4 groups x 7 bits = 28 total bits") as err:
-        codec.epsilon(FOUR, **RUN)
+        codec.epsilon(FOUR, **paper)
     assert f"at least {need} bits per group (4 x {need} = {4 * need} total bits)" in str(err.value)
     assert "overhead" in str(err.value)
     # That many bits per group does satisfy the rule, without a warning.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=need).epsilon(FOUR, **RUN)
+        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=need).epsilon(FOUR, **paper)
     with pytest.warns(DPRECPrivacyWarning, match="bits per group"):
-        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=need - 1).epsilon(FOUR, **RUN)
+        DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=need - 1).epsilon(FOUR, **paper)
 
 
-def test_codec_epsilon_warns_above_ten_percent_of_delta():
+def test_codec_epsilon_paper_warns_above_ten_percent_of_delta():
     # 4 groups x 8 bits = 32: overhead 12 * 1000 * e^0.49 / 2^32 = 4.6e-6, 46% of delta.
     codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=8)
     assert 0.1e-5 < dprec_overhead(1000, 0.7, 32) < 1e-5
     with pytest.warns(DPRECPrivacyWarning, match=r"4 groups x 8 bits = 32 total bits") as record:
-        result = codec.epsilon(FOUR, **RUN)
+        result = codec.epsilon(FOUR, **RUN, method="paper")
     assert record[0].filename == __file__  # points at the caller
     assert issubclass(DPRECPrivacyWarning, UserWarning)
-    assert result.epsilon == dprec_epsilon(**RUN, clip_multiplier=0.7, bits=32).epsilon
+    assert result.epsilon == dprec_epsilon(**RUN, clip_multiplier=0.7, bits=32, method="paper").epsilon
     with pytest.warns(DPRECPrivacyWarning):
+        codec.local_epsilon(FOUR, delta=1e-5, rounds=1000, method="paper")
+    # The sound default does not warn: its bound has no overhead term.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        codec.epsilon(FOUR, **RUN)
         codec.local_epsilon(FOUR, delta=1e-5, rounds=1000)
 
 
@@ -194,10 +248,10 @@ def test_codec_accountant_is_tied_to_the_layout():
     assert acc.epsilon == 0.0 and acc.accounting is None
     acc.step(rounds=100)
     assert acc.accounting == codec.epsilon(FOUR, **RUN, sampling="poisson")
-    # The planned run is checked when the accountant is built.
+    # The planned run is checked when the accountant is built (method="paper": the bit-width rule).
     with pytest.raises(ValueError, match="4 groups x 7 bits = 28 total bits"):
         DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7).accountant(
-            FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100
+            FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100, method="paper"
         )
 
 
@@ -257,12 +311,18 @@ def test_codec_accounting_states_the_threat_model_and_passes_it_down():
     assert default.epsilon == default.epsilons["zero"] and math.isfinite(default.epsilon)
     assert math.isinf(default.epsilons["add_remove"]) and default.reasons["add_remove"]
     assert default.guarantee.threat_model == "server" and "'server'" in default.summary()
-    for tm in ("server", "messages", "central"):
+    # A central observer pays REC's total-variation cost: 16 bits per group cannot pay it over this
+    # run (ValueError naming bits); 24 bits per group over 10 rounds can.
+    codec24, short = DPRECCodec(sigma=0.01, clip_multiplier=0.545, bits=24), dict(run, rounds=10)
+    with pytest.raises(ValueError, match=r"bits=64 .*central"):
+        codec.epsilon(FOUR, **run, threat_model="central")
+    for tm, c, r, b in (("server", codec, run, bits), ("messages", codec, run, bits), ("central", codec24, short, 96)):
         for rel in ("zero", "add_remove"):
-            got = codec.epsilon(FOUR, **run, threat_model=tm, relation=rel)
-            want = dprec_epsilon(**run, clip_multiplier=0.545, bits=bits, threat_model=tm, relation=rel)
+            got = c.epsilon(FOUR, **r, threat_model=tm, relation=rel)
+            want = dprec_epsilon(**r, clip_multiplier=0.545, bits=b, groups=4, threat_model=tm, relation=rel)
             assert (got.threat_model, got.relation) == (tm, rel)
             assert got.epsilon == want.epsilon and got.epsilons == want.epsilons and got.reasons == want.reasons
+            assert math.isfinite(got.epsilons["zero"])
     inf = codec.epsilon(FOUR, **run, relation="add_remove")
     assert math.isinf(inf.epsilon) and "takes part" in inf.reasons["add_remove"]
     # The local guarantee and the round accountant pass them down too.
@@ -270,8 +330,11 @@ def test_codec_accounting_states_the_threat_model_and_passes_it_down():
     assert math.isinf(local.epsilon) and local.relation == "add_remove"
     assert codec.local_epsilon(FOUR, delta=1e-5, rounds=3, method="paper") == dprec_local_epsilon(
         clip_multiplier=0.545, delta=1e-5, bits=bits, rounds=3, method="paper")
-    acc = codec.accountant(FOUR, num_clients=100, clients_per_round=10, delta=100**-1.1, sampling="poisson",
-                           threat_model="central")
+    assert codec.local_epsilon(FOUR, delta=1e-5, rounds=3) == dprec_local_epsilon(
+        clip_multiplier=0.545, delta=1e-5, bits=bits, rounds=3, groups=4)
+    acc = codec24.accountant(FOUR, num_clients=100, clients_per_round=10, delta=100**-1.1, sampling="poisson",
+                             threat_model="central")
     assert (acc.threat_model, acc.relation, acc.method) == ("central", "zero", "sound")
     acc.step()
     assert acc.accounting.threat_model == "central" and acc.epsilon == acc.accounting.epsilons["zero"]
+    assert acc.accounting.overhead > 0.0 and math.isfinite(acc.epsilon)

@@ -187,9 +187,9 @@ def test_quick_sets_fewer_rounds_and_sparser_evaluation():
     assert quick.rounds == demo.QUICK_ROUNDS < full.rounds == demo.DEFAULT_ROUNDS
     assert quick.eval_every == demo.QUICK_EVAL_EVERY > full.eval_every
     assert demo.config_from_args(p.parse_args(["--quick", "--rounds", "7"])).rounds == 7
-    assert (full.threat_model, full.relation) == ("central", "zero")
-    server = demo.config_from_args(p.parse_args(["--threat-model", "server", "--relation", "zero"]))
-    assert (server.threat_model, server.relation) == ("server", "zero")
+    assert (full.threat_model, full.relation) == ("server", "zero")
+    central = demo.config_from_args(p.parse_args(["--threat-model", "central", "--relation", "zero"]))
+    assert (central.threat_model, central.relation) == ("central", "zero")
     assert "--threat-model" in p.format_help() and "--relation" in p.format_help()
 
 
@@ -225,9 +225,13 @@ def test_demo_runs_a_few_rounds(tmp_path, capsys):
     assert list(rows) == ["FedAvg", "DP-FedAvg", "DP-REC"]
     # columns: final acc, best acc, epsilon, delta, bytes, compression, conversion
     assert rows["FedAvg"][2] == "inf" and rows["FedAvg"][3] == "-"
-    assert rows["DP-FedAvg"][2] == rows["DP-REC"][2] == "6.000"
-    # Both under the same observer and relation, stated once above the table; the conversions in the table.
-    assert "against the 'central' observer" in out and "relation 'zero'" in out
+    # The default observer is the server: DP-REC at the target, DP-FedAvg without a guarantee (inf), its
+    # central epsilon (the one its noise is calibrated for) a labelled reference line.
+    assert rows["DP-REC"][2] == "6.000" and rows["DP-FedAvg"][2] == "inf"
+    assert "against the 'server' observer" in out and "relation 'zero'" in out
+    assert "reference only: DP-FedAvg's epsilon against the 'central' observer" in out
+    ref_line = next(line for line in out.splitlines() if line.startswith("reference only"))
+    assert ref_line.endswith(": 6.000")
     from dprec.accounting import pld_available
 
     assert rows["DP-FedAvg"][6] == ("pld" if pld_available() else "rdp-balle")
@@ -250,12 +254,12 @@ def test_demo_runs_a_few_rounds(tmp_path, capsys):
     methods = {m["name"]: m for m in data["methods"]}
     assert methods["FedAvg"]["epsilon"] == "inf"
     eps_fed, eps_rec = methods["DP-FedAvg"]["epsilon"], methods["DP-REC"]["epsilon"]
-    assert math.isfinite(eps_fed) and math.isfinite(eps_rec)
-    assert eps_fed == pytest.approx(6.0, rel=1e-5) and eps_rec == pytest.approx(6.0, rel=1e-6)
+    assert eps_fed == "inf" and math.isfinite(eps_rec) and eps_rec == pytest.approx(6.0, rel=1e-6)
+    assert data["dp_fedavg_central_epsilon"] == pytest.approx(6.0, rel=1e-5)
     for name in ("DP-FedAvg", "DP-REC"):
-        assert (methods[name]["threat_model"], methods[name]["relation"]) == ("central", "zero")
-        assert methods[name]["reason"] is None
-    assert data["config"]["threat_model"] == "central" and data["config"]["relation"] == "zero"
+        assert (methods[name]["threat_model"], methods[name]["relation"]) == ("server", "zero")
+    assert "holds the unnoised sum" in methods["DP-FedAvg"]["reason"] and methods["DP-REC"]["reason"] is None
+    assert data["config"]["threat_model"] == "server" and data["config"]["relation"] == "zero"
     assert methods["DP-REC"]["bytes_per_client_round"] == msg_bytes
     assert data["eval_rounds"] == [0, 1, 2, 3]
     assert all(len(v) == 4 for v in data["accuracy"].values())
@@ -300,10 +304,44 @@ def test_demo_against_the_server_reports_dp_fedavg_as_inf_with_the_reason():
     assert result.noise_multiplier == pytest.approx(
         demo.calibrate_noise_multiplier(cfg.epsilon, sampling_rate=0.25, rounds=1, delta=cfg.target_delta,
                                         relation="zero"), rel=1e-9)
+    assert result.dp_fedavg_central_epsilon == pytest.approx(cfg.epsilon, rel=1e-5)
     text = demo.format_report(result)
     rows = _table_rows(text)
     assert rows["DP-FedAvg"][2] == "inf" and rows["DP-REC"][2] == f"{cfg.epsilon:.3f}"
     assert "against the 'server' observer" in text
     assert "DP-FedAvg: inf, no guarantee against the 'server' observer: the server adds the noise" in text
     assert "calibrated for epsilon 6 against the 'central' observer" in text
+    assert "reference only: DP-FedAvg's epsilon against the 'central' observer" in text
     assert result.as_dict()["methods"][1]["epsilon"] == "inf"
+
+
+@pytest.mark.parametrize("bits", [7, 22])
+def test_demo_against_the_central_observer_names_the_bits_it_needs(bits, capsys):
+    # 3 rounds x 5 clients x 4 tensors x 12 (1 + e^6) / 2^b < 20^-1.1 needs b >= 23: refused before any
+    # training (no traceback, exit code 2), naming --bits, the bits needed and the alternative.
+    _needs_demo_deps()
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--no-progress", "--rounds", "3", "--clients", "20", "--clients-per-round", "5",
+              "--epsilon", "6", "--threat-model", "central", "--bits", str(bits)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--bits {bits} (4 tensors x {bits} bits)" in err and "at least --bits 23 per tensor" in err
+    assert "--threat-model server" in err and "Traceback" not in err
+    # The necessary condition, computed: 12 x 60 x (1 + e^6) / 20^-1.1 between 2^22 and 2^23.
+    assert 2**22 < 12 * 60 * (1 + math.exp(6)) / 20**-1.1 < 2**23
+
+
+def test_demo_central_beyond_24_bits_says_so_and_the_central_calibration_when_bits_suffice():
+    _needs_demo_deps()
+    cfg = demo.DemoConfig(rounds=300, clients=100, clients_per_round=10, epsilon=16.0, threat_model="central")
+    with pytest.raises(ValueError, match=r"--bits 7 .*more than the 24 --bits allows.*--threat-model server"):
+        demo.run_demo(cfg)
+    # Enough bits for the necessary condition: DP-REC calibrated against the central observer (REC's
+    # total-variation cost paid), DP-FedAvg too, both finite at the target; no reference line.
+    cfg = demo.DemoConfig(rounds=1, clients=20, clients_per_round=5, epsilon=2.0, bits=20, eval_every=1,
+                          progress=False, threat_model="central")
+    result = demo.run_demo(cfg)
+    dpf, dpr = result.method("DP-FedAvg"), result.method("DP-REC")
+    assert dpr.threat_model == dpf.threat_model == "central"
+    assert dpr.epsilon == pytest.approx(2.0, rel=1e-6) and dpf.epsilon == pytest.approx(2.0, rel=1e-5)
+    assert result.dp_fedavg_central_epsilon is None and "reference only" not in demo.format_report(result)

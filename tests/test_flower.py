@@ -502,11 +502,17 @@ def test_strategy_arguments():
         DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="both")
     assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact")
     assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact", sampling="poisson", sampling_rate=0.5)
-    # The bit-width rule is checked when the first round is configured, before anything is sent.
+    # Against a central observer REC's total-variation cost is checked when the first round is
+    # configured, before anything is sent; the server's (default) bound holds for any bits.
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
-    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50)
-    with pytest.raises(ValueError, match="bits"):
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50,
+                             threat_model="central")
+    with pytest.raises(ValueError, match=r"bits=4 \(total bits.*central"):
         strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
+    assert strategy.history == [] and strategy.accountant is None
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50)
+    assert len(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3)))) == 3
+    assert strategy.accountant.threat_model == "server" and strategy.accountant.overhead == 0.0
 
 
 class FlowerLog:
@@ -588,8 +594,11 @@ def test_strategy_without_a_guarantee_logs_inf_with_the_reason(sampling):
 
 @pytest.mark.parametrize("threat_model", ["central", "messages"])
 def test_strategy_passes_the_threat_model_down(threat_model):
+    # A central observer pays REC's total-variation cost 3 x 2 x 12 e^0.04 / 2^18 = 2.9e-4 < delta / 2:
+    # 18 bits per group over two groups; make_codec's 11 groups x 7 bits could not pay it.
+    codec = DPRECCodec(sigma=SIGMA, clip_multiplier=0.2, bits=18) if threat_model == "central" else make_codec()
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA,
         threat_model=threat_model,
     )
     _, metrics = one_round(strategy)
@@ -743,13 +752,22 @@ def test_poisson_arguments():
         DPRECStrategy(FedAvg(), codec, delta=DELTA, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="select_nodes"):
         DPRECStrategy(FedAvg(), codec, delta=DELTA).select_nodes([1, 2])
-    # The bit-width rule is checked when the first Poisson round is configured, before anything is sent.
+    # A central observer's REC total-variation cost is checked when the first Poisson round is
+    # configured, before anything is sent; the server's (default) bound needs no check.
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
     strategy = DPRECStrategy(
-        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5
+        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5,
+        threat_model="central",
     )
-    with pytest.raises(ValueError, match="bits"):
+    with pytest.raises(ValueError, match=r"bits=4 \(total bits.*central"):
         strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
+    assert strategy.history == [] and strategy.accountant is None
+    strategy = DPRECStrategy(
+        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5,
+        rng=np.random.default_rng(0),
+    )
+    strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
+    assert strategy.accountant.threat_model == "server" and strategy.accountant.sampling == "poisson"
     assert "sampling='poisson'" in repr(poisson_strategy())
 
 
@@ -903,8 +921,9 @@ def test_flower_simulation_poisson():
         ).epsilon
         assert metrics["dprec-epsilon"] == pytest.approx(expected, rel=1e-12)
         assert "eval-loss" in result.evaluate_metrics_clientapp[r]
+    layout = codec.layout(template)
     reference = DPRECRoundAccountant(
-        clip_multiplier=CLIP, bits=codec.layout(template).total_bits, num_clients=NUM_NODES, delta=DELTA,
+        clip_multiplier=CLIP, bits=layout.total_bits, groups=layout.num_groups, num_clients=NUM_NODES, delta=DELTA,
         sampling="poisson", sampling_rate=POISSON_RATE,
     )
     assert strategy.epsilon == pytest.approx(reference.step(rounds=NUM_ROUNDS).epsilon, rel=1e-12)

@@ -68,13 +68,15 @@ must all hold need ``confidence = 1 - alpha / k`` each.
 The accounted epsilon
 ---------------------
 ``epsilon_accounted`` is dprec's accounting of exactly the audited mechanism (one round, every
-client sending one message) under the threat model and relation. For DP-REC it includes
-Theorem 1's importance-sampling overhead ``12 rho / 2^b`` of one message's total bits; at the
-small ``K`` an audit can afford (``bits = 7``) that overhead exceeds any useful delta, so the
-accounted epsilon is ``inf`` there (with the reason in ``accounted_note``), and
-``epsilon_claimed`` is the bound of the Gaussian mechanism DP-REC simulates (the same accounting
-without the overhead, ``bits=None``). ``epsilon_claimed`` is what the audit compares against; it
-equals ``epsilon_accounted`` for every other mechanism.
+client sending one message) under the threat model and relation. For DP-REC with its ``bits``:
+against ``"server"`` and ``"messages"`` REC's messages are bounded as sent (seed and index
+visible, ``K = 2^bits`` candidates), a finite epsilon at any bits; against ``"central"`` REC's
+total-variation cost ``12 exp(c^2) / 2^b`` per message must be paid out of delta, which the small
+``K`` an audit can afford (``bits = 7``) cannot, so the accounted epsilon is ``inf`` there (with
+the reason in ``accounted_note``). ``epsilon_claimed`` is, for DP-REC, the bound of the Gaussian
+mechanism DP-REC simulates (the same accounting with ``bits=None``): a reference, never above the
+accounted epsilon. The audit compares the lower bound against ``epsilon_claimed`` (so a finite
+accounted epsilon is checked too); for every other mechanism it equals ``epsilon_accounted``.
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ class AuditResult:
         ``accounted_note``).
     epsilon_claimed : float
         The finite claim the lower bound is compared against: ``epsilon_accounted``, except for
-        DP-REC, where it is the accounting without Theorem 1's bit overhead (module docstring).
+        DP-REC, where it is the Gaussian variant's accounting (``bits=None``), at most the
+        accounted epsilon (module docstring).
     accounted_note : str
         How the accounted epsilon was obtained (and why it is infinite, where it is).
     delta, confidence : float
@@ -336,8 +339,9 @@ def _call_with_threat(fn: Callable[..., Any], kwargs: dict, threat: dict) -> Any
 
 def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str, relation: str,
                      clients: int) -> tuple[float, float, str]:
-    """(accounted epsilon with Theorem 1's overhead, the same without it, note) of one round in which
-    each of ``clients`` clients sends one DP-REC message (q = 1), the target's at clip multiplier c."""
+    """(accounted epsilon of REC's messages with ``total_bits``, the Gaussian variant's (``bits=None``), note)
+    of one round in which each of ``clients`` clients sends one DP-REC message (q = 1), the target's at
+    clip multiplier c."""
     from .accounting import dprec_rec  # noqa: PLC0415
 
     threat = dict(threat_model=threat_model, relation=relation)
@@ -355,14 +359,20 @@ def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str,
     claimed = account(None)
     what = ("one message (local per-message bound)" if threat_model == "server" or clients == 1
             else f"one round, {clients} of {clients} clients each sending one message")
+    reference = "claimed = the Gaussian mechanism DP-REC simulates (bits=None), a reference"
     try:
         accounted = account(total_bits)
-        note = f"DP-REC accounting of {what}, incl. Theorem 1's overhead for {total_bits} bits"
-    except ValueError:
+    except ValueError:  # central: REC's total-variation cost reaches delta
         accounted = math.inf
-        overhead = dprec_rec.dprec_overhead(clients, c, total_bits)
-        note = (f"DP-REC accounting of {what}: inf, Theorem 1's overhead 12 rho / 2^b = {overhead:.3g} at b = "
-                f"{total_bits} bits is >= delta; claimed = the same bound without the overhead (bits=None)")
+        eta = dprec_rec.rec_total_variation(clients, c, total_bits)
+        note = (f"DP-REC accounting of {what}: inf, REC's total-variation cost for a central observer "
+                f"eta = 12 rho / 2^b = {eta:.3g} at b = {total_bits} bits is >= delta / 2; {reference}")
+    else:
+        if threat_model == "central":
+            how = f"the Gaussian curves plus REC's total-variation cost at {total_bits} bits"
+        else:
+            how = f"REC's messages as sent ({total_bits} bits, K = 2^{total_bits} candidates, seed and index visible)"
+        note = f"DP-REC accounting of {what}: {how}; {reference}"
     return accounted, claimed, note
 
 
@@ -769,8 +779,10 @@ relations (--relation):
 statistics: half of the trials choose the threshold, the other half bound the error rates
 (one-sided Clopper-Pearson, each at (1 - confidence)/2);
 eps_lb = log((1 - delta - FNR_upper) / FPR_upper) (or with the errors' roles swapped).
-For DP-REC the accounted epsilon includes Theorem 1's overhead 12 rho / 2^b, infinite at the
-small bit widths an audit can afford; the claim compared is the bound without it.
+For DP-REC the accounted epsilon bounds REC's messages as sent (server, messages: finite at any
+bits); a central observer's accounting pays REC's total-variation cost 12 rho / 2^b, infinite at
+the small bit widths an audit can afford. The claim compared is the Gaussian variant's (bits=None),
+never above the accounted epsilon.
 
 --seed seeds only the audit's driver; the mechanism's noise always comes from the OS.
 """

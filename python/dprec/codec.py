@@ -77,17 +77,27 @@ the norm is private data); see :meth:`DPRECCodec.encode` for tuning ``sigma`` wi
 Privacy accounting
 ------------------
 The guarantee depends on ``clip_multiplier`` ``c``, on the run (rounds ``T``, clients per round
-``B``, clients ``N``, how clients are sampled, delta) and, through the importance-sampling
-overhead ``12 rho / 2^b`` of Algorithm 7, on ``b``, the TOTAL bits of one message (bits per
-group times the number of groups, :attr:`Layout.total_bits`), not on ``sigma``.
+``B``, clients ``N``, how clients are sampled, delta) and on the message's bits, not on ``sigma``.
 :meth:`DPRECCodec.epsilon`, :meth:`DPRECCodec.local_epsilon` and :meth:`DPRECCodec.accountant`
-(a round-by-round :class:`dprec.accounting.DPRECRoundAccountant`) take ``b`` from the layout of a
-template and apply the **bit-width rule**: with ``rho = T B exp(c^2)``, an overhead
-``12 rho / 2^b >= delta`` is a ValueError naming ``bits`` (epsilon is undefined), giving the
-message's ``G`` groups x bits and the smallest uniform bits per group that brings the overhead
-to at most 10% of delta (:func:`dprec.accounting.dprec_min_bits`); an overhead above 10% of
-delta warns :class:`dprec.accounting.DPRECPrivacyWarning`. These methods import
-:mod:`dprec.accounting` (SciPy) when called.
+(a round-by-round :class:`dprec.accounting.DPRECRoundAccountant`) take the bits and the number
+of groups ``G`` from the layout of a template:
+
+* ``method="sound"`` (default), ``threat_model="server"`` or ``"messages"``: REC's messages are
+  bounded as sent (seed and index visible; :func:`dprec.accounting.rec_message_log_moments` with
+  ``K = 2^b`` of the smallest group): no overhead term and no bit-width rule, any bits work.
+  ``bits`` passed down is ``G`` times the smallest group's bits (the total for uniform bits; a
+  valid, conservative stand-in for mixed bits, as the bounds only grow as ``K`` shrinks).
+* ``method="sound"``, ``threat_model="central"``: the Gaussian curves plus REC's total-variation
+  cost ``eta = T B G 12 exp(c^2) / 2^b`` (:func:`dprec.accounting.rec_total_variation`), paid as
+  ``(1 + e^eps) eta`` of delta; ``2 eta >= delta`` is a ValueError naming ``bits``.
+* ``method="paper"``: Algorithm 7's overhead ``12 rho / 2^b`` on ``b``, the TOTAL bits of one
+  message (:attr:`Layout.total_bits`), with the **bit-width rule**: with ``rho = T B exp(c^2)``,
+  an overhead ``>= delta`` is a ValueError naming ``bits``, giving the message's ``G`` groups x
+  bits and the smallest uniform bits per group that brings the overhead to at most 10% of delta
+  (:func:`dprec.accounting.dprec_min_bits`); above 10% of delta warns
+  :class:`dprec.accounting.DPRECPrivacyWarning`.
+
+These methods import :mod:`dprec.accounting` (SciPy) when called.
 
 Every one of them says whom its guarantee holds against and passes ``threat_model=``,
 ``relation=`` and ``method=`` through to :mod:`dprec.accounting.dprec_rec` unchanged (see
@@ -368,6 +378,20 @@ def _check_weights(weights: Any, n: int, largest: float) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+def _accounting_bits(layout: Layout, method: Any) -> int:
+    """The ``bits`` the accounting gets for a message with ``layout.num_groups`` groups.
+
+    ``method="paper"``: the TOTAL bits (Theorem 1's ``12 rho / 2^b``, as the paper states it).
+    Otherwise ``groups`` times the smallest group's bits: the sound bounds use the smallest
+    group's ``K = 2^(bits // groups)`` (the REC message bound and the total-variation cost only
+    grow as ``K`` shrinks), so with mixed bits the total would overstate ``K``; for uniform bits
+    it is the total.
+    """
+    if isinstance(method, str) and method == "paper":
+        return layout.total_bits
+    return layout.num_groups * min(layout.bits)
+
+
 class DPRECCodec:
     """DP-REC compression of whole model updates (SPEC §3).
 
@@ -399,11 +423,14 @@ class DPRECCodec:
     Privacy: :meth:`epsilon`, :meth:`local_epsilon` and :meth:`accountant` account a run with
     this codec (DP-REC, ``method="sound"`` against ``threat_model="server"`` with
     ``relation="zero"`` unless told otherwise; ``method="paper"`` for Algorithm 7 as printed) for
-    clients sampled with replacement, by Poisson sampling or without replacement, taking the TOTAL bits of one message from :meth:`layout` and applying
-    the bit-width rule: ``12 rho / 2^b >= delta`` (``rho = rounds * clients_per_round *
-    exp(c^2)``) raises ValueError naming ``bits`` with the groups x bits of the message and the
-    smallest bits per group that brings the overhead to at most 10% of delta; above 10% of delta
-    :class:`dprec.accounting.DPRECPrivacyWarning` is issued. ``encode(..., return_info=True)``
+    clients sampled with replacement, by Poisson sampling or without replacement, taking the bits
+    and groups of one message from :meth:`layout`. Against ``"server"``/``"messages"`` REC's
+    messages are bounded directly (any bits); against ``"central"`` REC's total-variation cost
+    must stay below delta / 2 (else ValueError naming ``bits``); ``method="paper"`` applies the
+    bit-width rule ``12 rho / 2^b < delta`` (``rho = rounds * clients_per_round * exp(c^2)``,
+    ``b`` the total bits; ValueError naming ``bits`` with the groups x bits of the message and the
+    smallest bits per group, a :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta).
+    ``encode(..., return_info=True)``
     reports the clipping (:class:`EncodeInfo`), to tune ``sigma`` at a fixed ``c``.
 
     Raises
@@ -698,11 +725,13 @@ class DPRECCodec:
         relation: str | None = None,
         method: str = "sound",
     ) -> DPRECAccounting:
-        """Central (epsilon, delta) of a run with this codec against a stated observer (bit-width rule applied).
+        """Central (epsilon, delta) of a run with this codec against a stated observer.
 
-        :func:`dprec.accounting.dprec_epsilon` with ``clip_multiplier`` this codec's and ``bits``
-        the TOTAL bits of one message, ``self.layout(template).total_bits``; ``threat_model``,
-        ``relation`` and ``method`` are passed through unchanged.
+        :func:`dprec.accounting.dprec_epsilon` with ``clip_multiplier`` this codec's,
+        ``groups = self.layout(template).num_groups`` and ``bits`` the TOTAL bits of one message
+        (``method="paper"``) or ``groups`` times the smallest group's bits (``method="sound"``:
+        the same for uniform bits); ``threat_model``, ``relation`` and ``method`` are passed
+        through unchanged.
 
         Parameters
         ----------
@@ -737,16 +766,18 @@ class DPRECCodec:
         ------
         ValueError
             For invalid parameters (named; ``threat_model``, ``relation`` and ``method`` with the
-            valid choices; ``method="paper"`` with another sampling or a threat model), or when the
-            overhead ``12 rho / 2^b`` reaches delta (naming ``bits``: the message's groups x bits
-            and the smallest bits per group that would do). Warns
-            :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta.
+            valid choices; ``method="paper"`` with another sampling or a threat model); naming
+            ``bits`` when ``threat_model="central"`` and REC's total-variation cost reaches
+            delta / 2, or when ``method="paper"`` and its overhead ``12 rho / 2^b`` reaches delta
+            (the message's groups x bits and the smallest bits per group that would do; it warns
+            :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta). The default
+            ``"server"`` (and ``"messages"``) bound REC's messages directly: no bits rule.
         """
         from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         layout = self._accounting_layout(template)
         return dprec_rec._codec_epsilon(
-            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, rounds=rounds,
+            clip_multiplier=self._clip_multiplier, bits=_accounting_bits(layout, method), groups=layout.num_groups, rounds=rounds,
             clients_per_round=clients_per_round, num_clients=num_clients, delta=delta, sampling=sampling,
             reverse=reverse, threat_model=threat_model, relation=relation, method=method,
         )
@@ -763,9 +794,10 @@ class DPRECCodec:
     ) -> DPRECAccounting:
         """Local (epsilon, delta) of a client taking part in ``rounds`` rounds (no amplification).
 
-        :func:`dprec.accounting.dprec_local_epsilon` with this codec's ``clip_multiplier`` and
-        ``bits = self.layout(template).total_bits``, the bit-width rule applied with
-        ``rho = rounds exp(c^2)``; ``threat_model`` (only ``"server"``, the default: an observer of
+        :func:`dprec.accounting.dprec_local_epsilon` with this codec's ``clip_multiplier``,
+        ``groups`` and ``bits`` from the layout as in :meth:`epsilon` (``method="sound"``: REC's
+        messages as sent, no bits rule; ``method="paper"``: the bit-width rule with
+        ``rho = rounds exp(c^2)``); ``threat_model`` (only ``"server"``, the default: an observer of
         the client's own messages), ``relation`` (default ``"zero"``; ``"add_remove"`` is ``inf``
         with the reason) and ``method`` (``"sound"`` or ``"paper"``) are passed through unchanged.
 
@@ -777,13 +809,13 @@ class DPRECCodec:
         ------
         ValueError
             For invalid parameters (named, with the valid choices), ``threat_model`` other than
-            ``"server"``, or an overhead that reaches delta (naming ``bits``).
+            ``"server"``, or (``method="paper"``) an overhead that reaches delta (naming ``bits``).
         """
         from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         layout = self._accounting_layout(template)
         return dprec_rec._codec_local_epsilon(
-            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, groups=layout.num_groups, delta=delta,
+            clip_multiplier=self._clip_multiplier, bits=_accounting_bits(layout, method), groups=layout.num_groups, delta=delta,
             rounds=rounds, threat_model=threat_model, relation=relation, method=method,
         )
 
@@ -807,8 +839,10 @@ class DPRECCodec:
         Step it once per round (``acc.step()``, or ``acc.step(clients_per_round=k)`` when a
         round had ``k`` clients); ``acc.epsilon`` is the guarantee so far, against
         ``acc.threat_model`` under ``acc.relation`` (``acc.accounting`` has both relations and the
-        reasons). ``bits`` is ``self.layout(template).total_bits``; with ``rounds`` (the planned
-        total) the bit-width rule is checked now, and it is checked again at every step. For
+        reasons). ``bits`` and ``groups`` come from the layout as in :meth:`epsilon`; with
+        ``rounds`` (the planned total) the bits are checked now (``"central"``: REC's
+        total-variation cost below delta / 2; ``method="paper"``: the bit-width rule), and again
+        at every step. For
         ``sampling="poisson"`` give either ``clients_per_round`` (the expected count, rate
         ``B / N``) or the rate itself as ``sampling_rate``. ``threat_model`` (default ``"server"``),
         ``relation`` (default ``"zero"``) and ``method`` (default ``"sound"``) are passed through
@@ -827,7 +861,7 @@ class DPRECCodec:
 
         layout = self._accounting_layout(template)
         return dprec_rec.DPRECRoundAccountant(
-            clip_multiplier=self._clip_multiplier, bits=layout.total_bits, num_clients=num_clients,
+            clip_multiplier=self._clip_multiplier, bits=_accounting_bits(layout, method), num_clients=num_clients,
             clients_per_round=clients_per_round, delta=delta, sampling=sampling, reverse=reverse, rounds=rounds,
             groups=layout.num_groups, sampling_rate=sampling_rate, threat_model=threat_model, relation=relation,
             method=method,

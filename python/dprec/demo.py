@@ -18,26 +18,33 @@ download), split over ``--clients`` clients by a Dirichlet(``--alpha``) label sp
   :meth:`dprec.DPRECCodec.encode` (clip to ``C = c sigma``, ``--bits`` bits per tensor); the
   server aggregates the messages (:meth:`~dprec.DPRECCodec.aggregate`, their mean) and applies
   the mean with ``--server-lr``. Accounted by the codec's round accountant
-  (``method="sound"``) with ``sampling="poisson"``: a client that is not drawn sends nothing, so
-  each round costs ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)`` at order ``a`` (both tails,
-  improved RDP conversion); DP-REC's noise is inside every message, so it does not get
-  DP-FedAvg's sampled-Gaussian amplification, but its guarantee holds against every observer,
-  the server included, for the zero-out relation.
+  (``method="sound"``) with ``sampling="poisson"`` for REC's messages as sent (``--bits`` per
+  tensor, the seed and index visible): a client that is not drawn sends nothing, and a drawn
+  client's message is bounded directly against the server (no sampled-Gaussian amplification,
+  both tails, improved RDP conversion). Its guarantee holds against the server (who sent which
+  message) and hence against every weaker observer, for the zero-out relation. A ``"central"``
+  guarantee computed as such must also pay REC's total-variation cost
+  (``messages x tensors x 12 exp(c^2) / 2^bits``, paid as ``(1 + e^eps)`` times it out of
+  delta), which a few bits per tensor cannot pay.
 
 The three methods see the same data, the same initial model, the same sampled clients in
 every round and the same minibatch order. Every client joins each round independently with
 probability ``q = B / N`` (Poisson sampling, ``B = --clients-per-round``). The two private
-methods are matched under ONE threat model and relation, ``--threat-model`` (default
-``"central"``: a trusted server that releases only the models) and ``--relation`` (default
-``"zero"``: one client's update replaced by a zero update, finite for both methods):
-``--epsilon`` calibrates DP-REC's ``c`` with :func:`dprec.accounting.dprec_calibrate` and
-DP-FedAvg's ``z`` with :func:`calibrate_noise_multiplier`, both for that observer and relation,
-at the same ``delta`` (default ``N^-1.1``, the paper's) over the same rounds, and both clip at
-the same norm ``C`` (``--clip``), so DP-REC's prior scale is ``sigma = C / c``. Where a method
-has no guarantee under the chosen threat model (DP-FedAvg against ``"messages"`` or
-``"server"``: clients send raw updates, the server holds the unnoised sum) its epsilon is
-reported as ``inf`` with the reason, and its noise is the one calibrated for the ``"central"``
-observer (said in the report); DP-REC has no bound for ``relation="add_remove"`` under Poisson
+methods are reported under ONE threat model and relation, ``--threat-model`` (default
+``"server"``: a Flower server sees every message and who sent it) and ``--relation`` (default
+``"zero"``: one client's update replaced by a zero update): ``--epsilon`` calibrates DP-REC's
+``c`` with :func:`dprec.accounting.dprec_calibrate` (``bits`` and ``groups`` of the message)
+for that observer and relation, at ``delta`` (default ``N^-1.1``, the paper's) over the
+rounds, and both methods clip at the same norm ``C`` (``--clip``), so DP-REC's prior scale is
+``sigma = C / c``. DP-FedAvg's ``z`` is calibrated by :func:`calibrate_noise_multiplier` for
+the chosen observer where it has a guarantee (``"central"``); against ``"messages"`` or
+``"server"`` (clients send raw updates, the server holds the unnoised sum) it has none: its
+epsilon is reported as ``inf`` with the reason, it runs with the noise calibrated for the
+``"central"`` observer, and that central epsilon is printed as a labelled reference line (not
+a guarantee against the chosen observer). With ``--threat-model central`` DP-REC's calibration
+must pay REC's total-variation cost; where ``--bits`` are too few for that, the demo stops
+before training with a message naming ``--bits`` and the bits needed (or
+``--threat-model server``). DP-REC has no bound for ``relation="add_remove"`` under Poisson
 sampling, which is refused with a ValueError naming ``relation``.
 
 ``--seed`` fixes the data split, the model's initialisation, the client sampling and the
@@ -111,8 +118,9 @@ DEFAULT_HIDDEN = 32
 #: Whom the demo's guarantees hold against (see :mod:`dprec.accounting.guarantee`; the same tuples).
 THREAT_MODELS = ("central", "messages", "server")
 RELATIONS = ("add_remove", "zero")
-#: ``--threat-model``: a trusted server that releases only the models (the one DP-FedAvg has a bound for).
-DEFAULT_THREAT_MODEL = "central"
+#: ``--threat-model``: the server sees every message and who sent it (a Flower server). DP-REC's bound for
+#: REC's messages as sent holds against it at any bits; DP-FedAvg has no guarantee against it (inf).
+DEFAULT_THREAT_MODEL = "server"
 #: ``--relation``: one client's update replaced by zero (DP-REC under Poisson sampling has no add/remove bound).
 DEFAULT_RELATION = "zero"
 TEST_FRACTION = 0.2
@@ -237,6 +245,9 @@ class DemoResult:
     torch_threads: int
     float_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    #: DP-FedAvg's epsilon against the "central" observer when the chosen one has no DP-FedAvg guarantee
+    #: (a labelled reference: its noise is calibrated for that observer), else None.
+    dp_fedavg_central_epsilon: float | None = None
 
     def method(self, name: str) -> MethodResult:
         """The result of the method called ``name``."""
@@ -646,12 +657,19 @@ def _run(config: DemoConfig, torch: Any, dprec_torch: Any, dprec_calibrate: Call
     n, b, q, delta = cfg.clients, cfg.clients_per_round, cfg.sampling_rate, cfg.target_delta
     tm, rel = cfg.threat_model, cfg.relation
     notes: list[str] = []
-    total_bits = codec_cls(sigma=1.0, bits=cfg.bits).layout(template).total_bits
+    layout = codec_cls(sigma=1.0, bits=cfg.bits).layout(template)
+    total_bits, groups = layout.total_bits, layout.num_groups
+    _check_central_bits(cfg, groups, delta)  # before the (slow) calibration: a necessary condition
     # ValueError naming threat_model / relation where DP-REC has no guarantee (add/remove under Poisson sampling).
-    c = dprec_calibrate(
-        target_epsilon=cfg.epsilon, rounds=cfg.rounds, clients_per_round=b, num_clients=n, delta=delta,
-        bits=total_bits, sampling="poisson", threat_model=tm, relation=rel,
-    )
+    try:
+        c = dprec_calibrate(
+            target_epsilon=cfg.epsilon, rounds=cfg.rounds, clients_per_round=b, num_clients=n, delta=delta,
+            bits=total_bits, groups=groups, sampling="poisson", threat_model=tm, relation=rel,
+        )
+    except ValueError as exc:
+        if tm == "central" and "bits" in str(exc):
+            raise ValueError(_central_bits_text(cfg, groups, None, str(exc))) from exc
+        raise
     sigma = cfg.clip / c
     codec = codec_cls(sigma=sigma, clip_multiplier=c, bits=cfg.bits)
     accountant = codec.accountant(
@@ -670,6 +688,7 @@ def _run(config: DemoConfig, torch: Any, dprec_torch: Any, dprec_calibrate: Call
             f"DP-FedAvg has no guarantee against the {tm!r} observer (epsilon inf); it runs with the noise z "
             f"calibrated for epsilon {cfg.epsilon:g} against the 'central' observer"
         )
+    central_reference: float | None = None
     noise_std = z * cfg.clip
     noise_rng = np.random.default_rng()  # DP-FedAvg's noise: OS entropy, never the demo's seed
 
@@ -759,6 +778,10 @@ def _run(config: DemoConfig, torch: Any, dprec_torch: Any, dprec_calibrate: Call
     if msg_nbytes == 0:  # nobody was ever sampled: the size of an all-zero-index message
         msg_nbytes = codec.layout(template).message_nbytes
     dp_g = dp_fedavg_guarantee(z, sampling_rate=q, rounds=cfg.rounds, delta=delta, threat_model=tm, relation=rel)
+    if not dp_g.finite:
+        central_reference = float(dp_fedavg_guarantee(
+            z, sampling_rate=q, rounds=cfg.rounds, delta=delta, threat_model="central", relation=rel
+        ).epsilon)
     rec = accountant.accounting
     frac = {k: (v / updates_seen if updates_seen else 0.0) for k, v in clipped.items()}
     methods = [
@@ -792,7 +815,48 @@ def _run(config: DemoConfig, torch: Any, dprec_torch: Any, dprec_calibrate: Call
         torch_threads=1,
         float_bytes=float_bytes,
         notes=notes,
+        dp_fedavg_central_epsilon=central_reference,
     )
+
+
+def _central_bits_needed(cfg: DemoConfig, groups: int, delta: float) -> int:
+    """Smallest bits per tensor meeting a NECESSARY condition of DP-REC's central guarantee.
+
+    Against the ``"central"`` observer REC's total-variation cost ``eta = messages x groups x 12
+    exp(c^2) / 2^bits`` is paid as ``(1 + e^eps) eta`` out of delta, so ``eta (1 + e^eps) < delta``
+    with ``exp(c^2) >= 1``: ``2^bits > messages x groups x 12 (1 + e^eps) / delta``, with
+    ``messages = rounds x clients_per_round`` as the accounting counts them.
+    """
+    messages = cfg.rounds * cfg.clients_per_round
+    log2_need = math.log2(messages * groups * 12.0) + (math.log1p(math.exp(-cfg.epsilon)) + cfg.epsilon) / math.log(2.0)
+    return int(math.floor(log2_need - math.log2(delta))) + 1
+
+
+def _central_bits_text(cfg: DemoConfig, groups: int, need: int | None, detail: str) -> str:
+    head = (
+        f"--threat-model {cfg.threat_model}: DP-REC has no central guarantee at epsilon {cfg.epsilon:g} with --bits "
+        f"{cfg.bits} ({groups} tensors x {cfg.bits} bits): REC's total-variation cost (rounds x clients per round x "
+        f"tensors x 12 exp(c^2) / 2^bits, paid as (1 + e^eps) times it) must stay below delta"
+    )
+    if need is not None and need <= 24:
+        fix = f"it needs at least --bits {need} per tensor here (more may be needed)"
+    elif need is not None:
+        fix = f"it would need at least {need} bits per tensor, more than the 24 --bits allows"
+    else:
+        fix = f"it needs more than --bits {cfg.bits} per tensor here ({detail})"
+    return (
+        f"{head}; {fix}, or use --threat-model server (the default) or messages, whose bound holds for REC's "
+        "messages as sent at any bits"
+    )
+
+
+def _check_central_bits(cfg: DemoConfig, groups: int, delta: float) -> None:
+    """ValueError naming ``--bits`` when a central DP-REC guarantee is out of reach (before any training)."""
+    if cfg.threat_model != "central":
+        return
+    need = _central_bits_needed(cfg, groups, delta)
+    if need > cfg.bits:
+        raise ValueError(_central_bits_text(cfg, groups, need, ""))
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -855,6 +919,11 @@ def format_report(result: DemoResult) -> str:
     for m in result.methods:
         if m.threat_model is not None and math.isinf(m.epsilon):
             lines.append(f"{m.name}: inf, no guarantee against the {m.threat_model!r} observer: {m.reason}")
+    if result.dp_fedavg_central_epsilon is not None:
+        lines.append(
+            f"reference only: DP-FedAvg's epsilon against the 'central' observer (a trusted server that releases only"
+            f" the models), relation {cfg.relation!r}: {result.dp_fedavg_central_epsilon:.3f}"
+        )
     lines.append("")
     dpf, dpr = result.method("DP-FedAvg"), result.method("DP-REC")
     lines.append(
@@ -879,7 +948,7 @@ def format_report(result: DemoResult) -> str:
         " (every DP-REC client adds its own noise)"
     )
     lines.append(
-        f"  accounting: DP-REC {dpr.conversion} (sound method, Poisson rounds composed);"
+        f"  accounting: DP-REC {dpr.conversion} (sound method, REC's messages as sent, Poisson rounds composed);"
         f" DP-FedAvg {dpf.conversion} (Poisson-sampled Gaussian, the tight baseline)"
     )
     lines.append(
@@ -974,14 +1043,19 @@ def _arg_delta(text: str) -> float:
 
 DESCRIPTION = """\
 Federated learning on scikit-learn's digits (Dirichlet non-iid label split, a 64-32-10 PyTorch MLP):
-DP-REC against non-private FedAvg and against DP-FedAvg at the same (epsilon, delta) against the SAME
-observer (--threat-model, default central) and neighbouring relation (--relation, default zero). A
-progress bar on stderr while it runs (on a terminal), then a table of test accuracy, epsilon, delta,
-bytes uploaded per client per round and the accounting's conversion on stdout (DP-FedAvg: PLD via
-dp_accounting when installed, else the improved RDP conversion; DP-REC: the sound accounting, both
-tails); --plot PATH writes accuracy against rounds as a PNG. A method without a guarantee against the
-chosen observer (DP-FedAvg against messages or server: its server adds the noise to raw updates) is
-reported as inf with the reason, not calibrated. Needs the optional packages: pip install "dprec[demo]".
+DP-REC against non-private FedAvg and against DP-FedAvg, both private methods reported against the SAME
+observer (--threat-model, default server: a Flower server sees every message and who sent it) and
+neighbouring relation (--relation, default zero). A progress bar on stderr while it runs (on a
+terminal), then a table of test accuracy, epsilon, delta, bytes uploaded per client per round and the
+accounting's conversion on stdout (DP-FedAvg: PLD via dp_accounting when installed, else the improved
+RDP conversion; DP-REC: the sound accounting of REC's messages as sent, both tails); --plot PATH writes
+accuracy against rounds as a PNG. A method without a guarantee against the chosen observer (DP-FedAvg
+against messages or server: its server adds the noise to raw updates) is reported as inf with the
+reason; it runs with the noise calibrated for the central observer, whose epsilon is printed as a
+labelled reference. --threat-model central calibrates DP-REC for a trusted server that releases only
+the models: REC's total-variation cost must then be paid out of delta, which --bits 7 per tensor
+cannot; the demo then stops, naming the --bits needed. Needs the optional packages:
+pip install "dprec[demo]".
 
 --seed fixes the data split, the initialisation, the client sampling and the minibatches. The privacy
 randomness (DP-REC's candidate seeds and Gumbel draws, DP-FedAvg's noise) comes from the OS entropy

@@ -97,7 +97,8 @@ only overstates epsilon, but a later round in which ``FedAvg`` samples more than
 before any message is sent. ``FedAvg`` sizes its sample from the nodes connected at that
 moment, so ``min_train_nodes`` fixes ``B``.
 Under Poisson sampling epsilon depends on ``q`` only; ``N`` enters through the ``ceil(q N)``
-messages per round counted in the overhead (a warning is logged if more nodes connect later).
+messages per round counted in the central total-variation cost (a warning is logged if more
+nodes connect later).
 Epsilon is logged with Flower's logger after every round, together with whom it holds against:
 ``DPRECStrategy(threat_model=..., relation=..., method=...)`` are passed to the accountant
 unchanged (defaults ``"server"``, ``"zero"``, ``"sound"``: a Flower server knows which node sent
@@ -110,9 +111,13 @@ and ``"dprec-epsilon.<threat model>.<relation>"`` for both relations (``inf`` wh
 proved); :class:`DPRECRound` and :attr:`DPRECStrategy.guarantee` carry the rest (reasons,
 conversion). ``method="paper"`` (the paper's Algorithm 7) is defined only for clients sampled
 with replacement, which no Flower strategy does: it is refused (ValueError naming ``method``).
-The accountant enforces the bit-width
-rule (the importance-sampling overhead must stay well below ``delta``): split large tensors
-with ``max_group_size`` for enough bits per message.
+What the bits must satisfy depends on the observer (REVISION 2/3 of the accounting, see
+``docs/privacy.md``): against ``"server"`` and ``"messages"`` REC's messages are bounded as sent
+(seed and index visible), so any bits work (fewer bits per group, a larger epsilon); against
+``"central"`` REC's total-variation cost ``eta = messages x groups x 12 exp(c^2) / 2^bits``
+is paid as ``(1 + e^eps) eta`` of delta, and a planned run whose ``2 eta`` reaches delta is
+refused (``ValueError`` naming ``bits``) when the first round is configured, before anything
+is sent.
 
 Clients' diagnostics (the update's norm before clipping and
 whether it was clipped) never leave the client: they are logged at DEBUG level on the
@@ -634,9 +639,10 @@ class DPRECStrategy(Strategy):
     delta : float
         The delta at which epsilon is reported, in (0, 1).
     num_rounds : int, optional
-        The planned number of rounds, to check the bit-width rule (the importance-sampling
-        overhead against ``delta``) before the first round; default: the ``num_rounds``
-        passed to :meth:`start`.
+        The planned number of rounds, to check the bits before the first round
+        (``threat_model="central"``: REC's total-variation cost against ``delta``; nothing to
+        check against ``"server"``/``"messages"``); default: the ``num_rounds`` passed to
+        :meth:`start`.
     num_clients : int, optional
         The population size ``N`` for accounting; give it when the population is known.
         Default: the number of connected nodes when the first round is configured. Sampling
@@ -863,7 +869,7 @@ class DPRECStrategy(Strategy):
 
         Parameters are those of ``flwr.serverapp.strategy.Strategy.start``. When the wrapper
         was built without ``num_rounds``, this call's ``num_rounds`` is the planned total
-        that the accountant checks the bit-width rule against.
+        that the accountant checks the bits against (``threat_model="central"``).
 
         Returns
         -------
@@ -912,7 +918,7 @@ class DPRECStrategy(Strategy):
         if self.sampling == "poisson":
             nodes = self._wait_for_nodes(grid)
             num_available = len(nodes)
-            if self.accountant is None:  # before anything is sent: the bit-width rule for the planned run
+            if self.accountant is None:  # before anything is sent: the bits checked for the planned run
                 self.accountant = self._new_accountant(template, num_available, 0)
             chosen = self.select_nodes(nodes)
             messages = self._messages_for(chosen, server_round, arrays, config, grid)
@@ -944,7 +950,7 @@ class DPRECStrategy(Strategy):
                 log(
                     WARNING,
                     "DPRECStrategy: %d nodes connected in round %d, more than the N = %d of the accounting; "
-                    "the importance-sampling overhead counts only ceil(q N) = %d messages per round",
+                    "a central observer's REC total-variation cost counts only ceil(q N) = %d messages per round",
                     num_available,
                     server_round,
                     self.accountant.num_clients,
@@ -1051,13 +1057,10 @@ class DPRECStrategy(Strategy):
         if n < 1:
             raise ValueError("no nodes are connected; give num_clients or the wrapped strategy's min_available_nodes")
         if self.sampling == "poisson":
-            from .accounting import DPRECRoundAccountant  # noqa: PLC0415 - SciPy is optional
-
-            layout = self.codec.layout(template)
-            return DPRECRoundAccountant(
-                clip_multiplier=self.codec.clip_multiplier,
-                bits=layout.total_bits,
-                groups=layout.num_groups,
+            # The codec's accountant: bits and groups from the layout (REC's bound takes the smallest
+            # group's K), the rate itself for Poisson sampling.
+            return self.codec.accountant(
+                template,
                 num_clients=n,
                 sampling_rate=self.sampling_rate,
                 delta=self.delta,
