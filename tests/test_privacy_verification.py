@@ -234,8 +234,9 @@ def test_rec_seed_visible_joint_reverse(rec_densities):
 
     Finding recorded here: at these small K it EXCEEDS a c^2/2 (up to about (a-1) c^2 - log K at
     high orders, the candidate index whose w is tiny), so a c^2/2 is not a Renyi bound for the
-    seed-visible view in this direction; the accounting's REC overhead 12 rho / 2^b (which is
-    > delta for b <= 4 bits, where dprec refuses to give a guarantee) is what covers REC."""
+    seed-visible view in this direction. This is why the sound accounting bounds REC's messages
+    as sent (dprec_rec.rec_message_log_moments, checked against these exact values in
+    tests/test_accounting_rec_messages.py) instead of the Gaussian curve plus Theorem 1's overhead."""
     a = np.array(REC_ORDERS, dtype=np.float64)
     worst = 0.0
     for c in CS:
