@@ -143,7 +143,7 @@ def test_codec_epsilon_uses_the_layout_total_bits(sampling):
     expected = dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, groups=4, sampling=sampling)
     assert result == expected and result.bits == 48 and result.sampling == sampling
     # The groups are passed: REC's bound takes K = 2^12 per group, not 2^48 for one group.
-    assert result.epsilon > dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, sampling=sampling).epsilon
+    assert result.epsilon > dprec_epsilon(**RUN, clip_multiplier=0.7, bits=48, groups=1, sampling=sampling).epsilon
     assert codec.epsilon(layout, **RUN, sampling=sampling) == expected  # a Layout works too
     # Non-uniform bits: Algorithm 7 (method="paper") counts the total; the sound bound the
     # smallest group's K (4 groups x 7 bits), never the total's average (43 // 4 = 10 bits).
@@ -162,7 +162,7 @@ def test_codec_local_epsilon():
     got = codec.local_epsilon(FOUR, delta=1e-5, rounds=3)
     assert got == dprec_local_epsilon(clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3, groups=4)
     assert math.isfinite(got.epsilon)
-    assert got.epsilon > dprec_local_epsilon(clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3).epsilon
+    assert got.epsilon > dprec_local_epsilon(clip_multiplier=0.7, delta=1e-5, bits=48, rounds=3, groups=1).epsilon
     # Any bits work against the server: REC's messages are bounded as sent.
     assert math.isfinite(DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=1).local_epsilon(FOUR, delta=1e-5).epsilon)
 

@@ -347,12 +347,13 @@ def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str,
     threat = dict(threat_model=threat_model, relation=relation)
 
     def account(bits: Optional[int]) -> float:
+        # Every audited message is one group of ``total_bits`` bits (K = 2^bits): groups=1.
         if threat_model == "server" or clients == 1:
-            kw = dict(clip_multiplier=c, delta=delta, bits=bits, rounds=1)
+            kw = dict(clip_multiplier=c, delta=delta, bits=bits, rounds=1, groups=None if bits is None else 1)
             r = _call_with_threat(dprec_rec.dprec_local_epsilon, kw, threat)
         else:
             kw = dict(clip_multiplier=c, delta=delta, bits=bits, rounds=1, clients_per_round=clients,
-                      num_clients=clients, sampling="without_replacement")
+                      num_clients=clients, sampling="without_replacement", groups=None if bits is None else 1)
             r = _call_with_threat(dprec_rec.dprec_epsilon, kw, threat)
         return float(r.epsilon)
 
@@ -364,7 +365,7 @@ def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str,
         accounted = account(total_bits)
     except ValueError:  # central: REC's total-variation cost reaches delta
         accounted = math.inf
-        eta = dprec_rec.rec_total_variation(clients, c, total_bits)
+        eta = dprec_rec.rec_total_variation(clients, c, total_bits, 1)
         note = (f"DP-REC accounting of {what}: inf, REC's total-variation cost for a central observer "
                 f"eta = 12 rho / 2^b = {eta:.3g} at b = {total_bits} bits is >= delta / 2; {reference}")
     else:

@@ -1062,32 +1062,37 @@ randomness (DP-REC's candidate seeds and Gumbel draws, DP-FedAvg's noise) comes 
 source, so the private methods' accuracies differ from run to run (DP-REC's by several points)."""
 
 EPILOG = """\
-defaults (measured on 2 CPU cores: about 25 s for the default 300 rounds, 15 s with --quick):
-  --epsilon 16  with only 100 clients, 10 per round, 300 rounds, against the central observer with
-                the zero-out relation: DP-REC about 49% (best 52%) and DP-FedAvg (PLD) about 82% (best
-                85%) in one run; FedAvg 95%. The private methods' accuracy moves by several points from
-                round to round and run to run (see --plot), hence "best acc"
+defaults (measured on 2 shared CPU cores: about 35 s for the default 300 rounds, about half with --quick):
+  --epsilon 16  with only 100 clients, 10 per round, 300 rounds, against the server with the zero-out
+                relation: DP-REC about 29% (best 35%) in one run; DP-FedAvg (inf against the server; its
+                noise calibrated for epsilon 16 against the central observer) about 82% (best 85%);
+                FedAvg 95%. The private methods' accuracy moves by several points from round to round
+                and run to run (see --plot), hence "best acc"
+  --threat-model server  a Flower server sees every message and who sent it; DP-REC's bound for REC's
+                messages as sent holds against it at any --bits. --threat-model central asks DP-REC to
+                pay REC's total-variation cost out of delta, which 7 bits per tensor cannot: the demo
+                then stops before training, naming the --bits needed
   --clip 1      for both private methods; almost every update is clipped, so C only scales the step
                 (C x server lr): signal and noise both scale with C
   --server-lr 2 for DP-FedAvg and DP-REC (1 to 3 measured alike within the run-to-run spread)
-  --rounds 300  1,000 rounds gain only a few points (epsilon is fixed, so more rounds mean more noise
-                per round); --quick: 150 rounds, test accuracy every 5 rounds
-  --bits 7      per tensor: 4 x 7 = 28 bits, a 37-byte message (8 bits gives the same 37 bytes)
+  --rounds 300  --quick: 150 rounds, test accuracy every 5 rounds
+  --bits 7      per tensor: 4 x 7 = 28 bits, a 37-byte message (8 bits gives the same 37 bytes); fewer
+                bits per tensor mean fewer candidates K = 2^bits and a larger DP-REC epsilon at the same c
 
 why DP-REC trails DP-FedAvg here: DP-FedAvg's server receives the clients' raw clipped updates and
 adds one N(0, (zC)^2) to their sum. Every DP-REC client adds its own noise (its message decodes to its
 clipped update plus N(0, sigma^2) per coordinate, sigma = C/c), so the server never sees a raw update,
-but the mean of B messages carries about sqrt(B)/(c z) = 8 times DP-FedAvg's noise at the same
-epsilon against the same observer (c = 0.58, z = 0.71 at the defaults: central, zero-out): under
-Poisson sampling DP-REC gets no sampled-Gaussian amplification, since a client that is not drawn sends
-nothing. In exchange, an upload is 37 bytes instead of 9,640, and DP-REC's epsilon also holds against
-the server (--threat-model server), against which DP-FedAvg has no guarantee at all (inf)."""
+but the mean of B messages carries about sqrt(B)/(c z) = 11 times DP-FedAvg's noise (c = 0.41, z = 0.71
+at the defaults): under Poisson sampling DP-REC gets no sampled-Gaussian amplification, since a client
+that is not drawn sends nothing, and REC's messages as sent cost more than the Gaussian they simulate.
+In exchange, an upload is 37 bytes instead of 9,640, and DP-REC's epsilon holds against the server,
+against which DP-FedAvg has no guarantee at all (inf)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add ``dprec demo``'s options to ``p``."""
     p.add_argument("--rounds", type=_arg_pos_int, default=None,
-                   help=f"federated rounds (default {DEFAULT_ROUNDS}, about 25 s on 2 cores; "
+                   help=f"federated rounds (default {DEFAULT_ROUNDS}, about 35 s on 2 cores; "
                    f"{QUICK_ROUNDS} with --quick)")
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK_ROUNDS} rounds, test accuracy every {QUICK_EVAL_EVERY} rounds: well under a minute")
@@ -1105,8 +1110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threat-model", choices=THREAT_MODELS, default=DEFAULT_THREAT_MODEL,
                    help="whom both methods' epsilon holds against: central (a trusted server releases only the "
                    "models), messages (every message seen, not its sender) or server (every message and its sender); "
-                   "DP-FedAvg has a guarantee only for central, DP-REC for all three "
-                   f"(default {DEFAULT_THREAT_MODEL})")
+                   "DP-FedAvg has a guarantee only for central; DP-REC for server and messages at any --bits, for "
+                   "central only with enough --bits to pay REC's total-variation cost (the demo stops otherwise, "
+                   f"naming the bits needed) (default {DEFAULT_THREAT_MODEL})")
     p.add_argument("--relation", choices=RELATIONS, default=DEFAULT_RELATION,
                    help="neighbouring relation of both epsilons: zero (one client's update replaced by zero) or "
                    "add_remove (one client added or removed; DP-REC has no bound for it under Poisson sampling) "
