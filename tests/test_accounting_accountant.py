@@ -97,7 +97,7 @@ def test_generic_rdp_event_and_history():
 def test_overhead_larger_than_delta_fails_clearly():
     # StackOverflow at 42 bits: 90_000 steps at c = 1.227.
     delta = 342_477**-1.1
-    ev = dict(clip_multiplier=1.227, sampling_rate=1 / 342_477, bits=42)
+    ev = dict(clip_multiplier=1.227, sampling_rate=1 / 342_477, bits=42, groups=1)  # one group of 42 bits
     # method="paper" (no threat model): Theorem 1's 12 rho / 2^b >= delta.
     paper = Accountant(threat_model=None, orders=np.arange(2, 40))
     paper.compose(DPRECEvent(**ev, method="paper"), count=90_000)
@@ -123,10 +123,10 @@ def test_overhead_larger_than_delta_fails_clearly():
     seven = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
     seven = seven.compose(DPRECEvent(**dict(ev, bits=7)), count=90_000).get_epsilon(delta)
     six = Accountant(threat_model="server", relation="zero", orders=np.arange(2, 40))
-    assert six.compose(DPRECEvent(**ev, groups=6), count=90_000).get_epsilon(delta) == seven
+    assert six.compose(DPRECEvent(**dict(ev, groups=6)), count=90_000).get_epsilon(delta) == seven
     assert seven > server.get_epsilon(delta)
     with pytest.raises(ValueError, match="groups must be <= bits"):
-        DPRECEvent(**dict(ev, bits=5), groups=6)
+        DPRECEvent(**dict(ev, bits=5, groups=6))
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,10 @@ import pytest
 pytest.importorskip("scipy")
 
 from dprec.accounting import (  # noqa: E402 - after the SciPy check
+    Accountant,
+    DPRECEvent,
+    DPRECRoundAccountant,
+    dprec_calibrate,
     dprec_delta,
     dprec_epsilon,
     dprec_local_epsilon,
@@ -32,6 +36,7 @@ from dprec.accounting import (  # noqa: E402 - after the SciPy check
 )
 from dprec.accounting.dprec_rec import (  # noqa: E402
     _log_mean_power_moments,
+    _rec_candidates,
     rec_message_log_moments,
     rec_total_variation,
 )
@@ -281,16 +286,16 @@ def test_step_curves_with_bits_are_the_rec_bound_mixed_at_the_rate():
     for tm in ("server", "messages"):
         for sampling, n in (("with_replacement", 100), ("poisson", 100), ("without_replacement", 100)):
             kw = dict(threat_model=tm, relation="zero", sampling=sampling, num_clients=n)
-            f, r = dprec_step_rdp(c, q, a, **kw, bits=12)
+            f, r = dprec_step_rdp(c, q, a, **kw, bits=12, groups=1)
             np.testing.assert_allclose(f, np.log1p(q * np.expm1(log_f)) / (a - 1), rtol=1e-12)
             np.testing.assert_allclose(r, np.log1p(q * np.expm1(log_r)) / (a - 1), rtol=1e-11)
             # K = 2^(bits // groups), the smallest group's: 13 bits over 2 groups is K = 2^6; capped at 2^30.
-            f6, r6 = dprec_step_rdp(c, q, a, **kw, bits=6)
+            f6, r6 = dprec_step_rdp(c, q, a, **kw, bits=6, groups=1)
             for other in (dprec_step_rdp(c, q, a, **kw, bits=13, groups=2), dprec_step_rdp(c, q, a, **kw, bits=12, groups=2)):
                 np.testing.assert_array_equal(other[0], f6)
                 np.testing.assert_array_equal(other[1], r6)
-            f30, r30 = dprec_step_rdp(c, q, a, **kw, bits=30)
-            f60, r60 = dprec_step_rdp(c, q, a, **kw, bits=60)
+            f30, r30 = dprec_step_rdp(c, q, a, **kw, bits=30, groups=1)
+            f60, r60 = dprec_step_rdp(c, q, a, **kw, bits=60, groups=1)
             np.testing.assert_array_equal(f30, f60)
             np.testing.assert_array_equal(r30, r60)
             # More candidates, a smaller curve; all above the Gaussian variant's.
@@ -314,7 +319,7 @@ def test_step_curves_with_bits_are_the_rec_bound_mixed_at_the_rate():
 
 @pytest.mark.parametrize("tm", ["server", "messages"])
 def test_server_and_messages_epsilon_with_bits_by_hand(tm):
-    r = dprec_epsilon(**MNIST, bits=20, threat_model=tm, relation="zero")
+    r = dprec_epsilon(**MNIST, bits=20, groups=1, threat_model=tm, relation="zero")
     a = np.arange(2.0, 258.0)
     log_f, log_r = rec_bound(0.545, a, 2**20)
     fwd = 10_000 * np.logaddexp(math.log(0.99), math.log(0.01) + log_f) / (a - 1)
@@ -324,11 +329,11 @@ def test_server_and_messages_epsilon_with_bits_by_hand(tm):
     assert r.overhead == 0.0 and r.epsilons["add_remove"] == math.inf
     assert ("seed" if tm == "messages" else "sees whether the target client takes part") in r.reasons["add_remove"]
     # The smallest group's K: 6 groups x 7 bits is K = 2^7, as one group of 7 bits; fewer candidates cost more.
-    seven = dprec_epsilon(**MNIST, bits=7, threat_model=tm)
+    seven = dprec_epsilon(**MNIST, bits=7, groups=1, threat_model=tm)
     assert dprec_epsilon(**MNIST, bits=42, groups=6, threat_model=tm).epsilon == seven.epsilon
     assert seven.epsilon > r.epsilon
     # At most REVISION 2's K-free value (K = 1, i.e. one bit).
-    assert dprec_epsilon(**MNIST, bits=1, threat_model=tm).epsilon > seven.epsilon
+    assert dprec_epsilon(**MNIST, bits=1, groups=1, threat_model=tm).epsilon > seven.epsilon
 
 
 # ---------------------------------------------------------------------------------------
@@ -337,14 +342,13 @@ def test_server_and_messages_epsilon_with_bits_by_hand(tm):
 
 
 def test_rec_total_variation_formula():
-    for m, c, bits, groups in [(1, 0.5, 8, None), (10_000, 0.545, 40, 1), (500, 1.0, 136, 4), (7, 2.0, 43, 6)]:
-        g = 1 if groups is None else groups
-        expected = m * g * 12 * math.exp(c * c) / 2 ** (bits // g)
+    for m, c, bits, groups in [(1, 0.5, 8, 1), (10_000, 0.545, 40, 1), (500, 1.0, 136, 4), (7, 2.0, 43, 6)]:
+        expected = m * groups * 12 * math.exp(c * c) / 2 ** (bits // groups)
         assert rec_total_variation(m, c, bits, groups) == pytest.approx(expected, rel=1e-12)
     # 43 bits over 6 groups: 7 per group (floor), the same as 42.
     assert rec_total_variation(7, 2.0, 43, 6) == rec_total_variation(7, 2.0, 42, 6)
     # Per group, not total: 6 groups of 7 bits cost 6 * 2^35 times one group of 42.
-    assert rec_total_variation(1, 1.0, 42, 6) / rec_total_variation(1, 1.0, 42) == pytest.approx(6 * 2**35)
+    assert rec_total_variation(1, 1.0, 42, 6) / rec_total_variation(1, 1.0, 42, 1) == pytest.approx(6 * 2**35)
     assert rec_total_variation(10**6, 30.0, 1) == math.inf  # exp(900) overflows: inf, not an error
     with pytest.raises(ValueError, match="groups must be <= bits"):
         rec_total_variation(1, 1.0, 5, 6)
@@ -360,7 +364,7 @@ def test_rec_total_variation_formula():
 def test_central_epsilon_is_the_smallest_fixed_point(relation, bits):
     # eta = 10^4 * 12 e^0.297 / 2^bits (2.9e-7 at 39 bits, 9.4e-6 at 34), paid as (1 + e^eps) eta: about a
     # third of delta = 6.3e-3 at the epsilons here (about 9 for zero, 5.5 for add/remove).
-    kw = dict(MNIST, bits=bits, threat_model="central", relation=relation)
+    kw = dict(MNIST, bits=bits, groups=1, threat_model="central", relation=relation)
     r = dprec_epsilon(**kw)
     eta = 10_000 * 12 * math.exp(0.545**2) / 2**bits
     assert r.overhead == pytest.approx(eta, rel=1e-12)
@@ -382,23 +386,25 @@ def test_central_epsilon_is_the_smallest_fixed_point(relation, bits):
     # the same bits per group in two groups doubles eta.
     gauss = dprec_epsilon(**dict(kw, bits=None))
     assert gauss.epsilon * (1 + 1e-3) < r.epsilon < dprec_epsilon(**dict(kw, bits=bits - 1)).epsilon
-    two = dprec_epsilon(**dict(kw, bits=2 * bits), groups=2)
+    two = dprec_epsilon(**dict(kw, bits=2 * bits, groups=2))
     assert two.overhead == pytest.approx(2 * eta, rel=1e-12) and two.epsilon > r.epsilon
-    assert dprec_epsilon(**kw, groups=1) == r
+    # Without groups the split is unknown: the worst one (every bit its own group, K = 2) cannot pay REC's cost.
+    with pytest.raises(ValueError, match=rf"bits={bits}"):
+        dprec_epsilon(**dict(kw, groups=None))
 
 
 def test_central_errors_name_bits():
-    # 2 eta >= delta: 20 bits at MNIST (eta = 0.15), the paper's 6 x 7 bits per group (eta = 7.6e4), 25 bits
-    # (eta = 4.8e-3).
-    for bits, groups in ((20, None), (42, 6), (25, 1)):
+    # 2 eta >= delta: 20 bits in one group at MNIST (eta = 0.15), the paper's 6 x 7 bits per group (eta = 7.6e4),
+    # 25 bits (eta = 4.8e-3), and 26 bits without groups (the worst split: 26 one-bit groups).
+    for bits, groups in ((20, 1), (42, 6), (25, 1), (26, None)):
         eta = rec_total_variation(10_000, 0.545, bits, groups)
         assert 2 * eta >= MNIST["delta"]
         with pytest.raises(ValueError, match=rf"bits={bits}"):
             dprec_epsilon(**MNIST, bits=bits, groups=groups, threat_model="central")
-    # 26 bits: 2 eta < delta, admitted; but (1 + e^eps) eta <= delta has no solution above the Gaussian
+    # 26 bits in one group: 2 eta < delta, admitted; but (1 + e^eps) eta <= delta has no solution above the Gaussian
     # variant's epsilon: inf.
-    assert 2 * rec_total_variation(10_000, 0.545, 26) < MNIST["delta"]
-    assert dprec_epsilon(**MNIST, bits=26, threat_model="central").epsilon == math.inf
+    assert 2 * rec_total_variation(10_000, 0.545, 26, 1) < MNIST["delta"]
+    assert dprec_epsilon(**MNIST, bits=26, groups=1, threat_model="central").epsilon == math.inf
     with pytest.raises(ValueError, match="groups must be <= bits"):
         dprec_epsilon(**MNIST, bits=5, groups=6, threat_model="central")
 
@@ -412,19 +418,20 @@ def test_local_guarantee_uses_the_rec_moments_with_bits():
     c, k, delta = 0.545, 30, 1e-5
     a = np.arange(2.0, 258.0)
     log_f, log_r = rec_bound(c, a, 2**20)
-    rec = dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=20, rounds=k)
+    rec = dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=20, groups=1, rounds=k)
     expected = max(_balle(k * log_f / (a - 1), a, delta / 2), _balle(k * log_r / (a - 1), a, delta / 2))
     assert rec.epsilon == pytest.approx(expected, rel=1e-10) and rec.overhead == 0.0
     gauss = dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=None, rounds=k)
     assert gauss.epsilon == pytest.approx(_balle(k * a * c * c / 2, a, delta / 2), rel=1e-12)
     assert gauss.epsilon < rec.epsilon
     # K: capped at 2^30; per group (40 bits over 2 groups is K = 2^20); fewer candidates cost more.
-    assert dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=60, rounds=k).epsilon == \
-        dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=30, rounds=k).epsilon
+    assert dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=60, groups=1, rounds=k).epsilon == \
+        dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=30, groups=1, rounds=k).epsilon
     assert dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=40, groups=2, rounds=k).epsilon == rec.epsilon
-    assert dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=7, rounds=k).epsilon > rec.epsilon
+    assert dprec_local_epsilon(clip_multiplier=c, delta=delta, bits=7, groups=1, rounds=k).epsilon > rec.epsilon
     # The central result's local guarantee likewise.
-    assert dprec_epsilon(**MNIST, bits=20).local.epsilon_max > dprec_epsilon(**MNIST, bits=None).local.epsilon_max
+    assert dprec_epsilon(**MNIST, bits=20, groups=1).local.epsilon_max > \
+        dprec_epsilon(**MNIST, bits=None).local.epsilon_max
 
 
 def test_central_cost_is_not_capped_at_large_epsilon():
@@ -434,10 +441,121 @@ def test_central_cost_is_not_capped_at_large_epsilon():
               threat_model="central", relation="zero")
     gauss = dprec_epsilon(**kw, bits=None).epsilon
     assert 2000 < gauss < math.inf
-    assert dprec_epsilon(**kw, bits=1100).epsilon == math.inf
+    assert dprec_epsilon(**kw, bits=1100, groups=1).epsilon == math.inf
     # Past about 1100 bits eta underflows a double: it is floored at the smallest positive one (conservative),
     # never 0 (which would drop REC's cost and give the Gaussian variant's epsilon).
-    assert rec_total_variation(400_000, 1.745, 1200) == math.ulp(0.0)
-    assert dprec_epsilon(**kw, bits=1200).epsilon == math.inf
-    d, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, bits=1100, epsilon=800.0)
+    assert rec_total_variation(400_000, 1.745, 1200, 1) == math.ulp(0.0)
+    assert dprec_epsilon(**kw, bits=1200, groups=1).epsilon == math.inf
+    d, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, bits=1100, groups=1, epsilon=800.0)
     assert d == 1.0
+
+
+# ---------------------------------------------------------------------------------------
+# bits without groups: the split is unknown, so the worst one (every bit its own group, K = 2)
+# ---------------------------------------------------------------------------------------
+
+
+def test_bits_without_groups_take_the_smallest_possible_group():
+    # K of the smallest group: 2^(bits // groups) with groups; without, a group may have one bit: K = 2.
+    for bits in (1, 2, 7, 12, 28, 64, 1100):
+        assert _rec_candidates(bits, None) == 2 == _rec_candidates(bits, bits)
+    assert _rec_candidates(28, 4) == 2**7 and _rec_candidates(28, 1) == 2**28 and _rec_candidates(64, 1) == 2**30
+    assert _rec_candidates(None, None) is None and _rec_candidates(None, 4) is None
+    # Central: every bit its own group, groups = bits, 12 exp(c^2) / 2 per bit and message.
+    for m, c, bits in ((1, 0.5, 8), (10_000, 0.545, 40), (7, 2.0, 43)):
+        worst = m * bits * 12 * math.exp(c * c) / 2
+        assert rec_total_variation(m, c, bits) == pytest.approx(worst, rel=1e-12)
+        assert rec_total_variation(m, c, bits) == rec_total_variation(m, c, bits, bits)
+        # Never below an explicit split, and strictly above one group.
+        assert all(rec_total_variation(m, c, bits) >= rec_total_variation(m, c, bits, g) for g in range(1, bits + 1))
+        assert rec_total_variation(m, c, bits) > rec_total_variation(m, c, bits, 1)
+
+
+@pytest.mark.parametrize("tm", ["server", "messages"])
+def test_bits_without_groups_are_accounted_as_one_bit_groups(tm):
+    kw = dict(MNIST, threat_model=tm, relation="zero")
+    a = np.arange(2.0, 40.0)
+    step = dict(threat_model=tm, relation="zero", sampling="with_replacement", num_clients=100)
+    for bits in (1, 4, 7, 12):
+        unknown = dprec_epsilon(**kw, bits=bits)
+        assert unknown.epsilon == dprec_epsilon(**kw, bits=bits, groups=bits).epsilon
+        for got, want in zip(dprec_step_rdp(0.545, 0.01, a, **step, bits=bits),
+                             dprec_step_rdp(0.545, 0.01, a, **step, bits=bits, groups=bits)):
+            np.testing.assert_array_equal(got, want)
+        # The seed-visible bound at K = 2, mixed at the rate and composed over the run, by hand.
+        log_f, log_r = rec_bound(0.545, np.arange(2.0, 258.0), 2)
+        aa = np.arange(2.0, 258.0)
+        fwd = 10_000 * np.logaddexp(math.log(0.99), math.log(0.01) + log_f) / (aa - 1)
+        rev = 10_000 * np.logaddexp(math.log(0.99), math.log(0.01) + log_r) / (aa - 1)
+        half = MNIST["delta"] / 2
+        assert unknown.epsilon == pytest.approx(max(_balle(fwd, aa, half), _balle(rev, aa, half)), rel=1e-10)
+        # Never below any explicit split; equal wherever the smallest group has one bit (bits // groups == 1).
+        by_groups = {g: dprec_epsilon(**kw, bits=bits, groups=g).epsilon for g in range(1, bits + 1)}
+        assert all(unknown.epsilon >= e for e in by_groups.values())
+        assert all(e == unknown.epsilon for g, e in by_groups.items() if bits // g == 1)
+        if bits > 1:
+            assert unknown.epsilon > by_groups[1]
+        # dprec_delta and the local guarantee (against the server, the only local observer) likewise.
+        d_none, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, bits=bits, epsilon=unknown.epsilon)
+        d_bits, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, bits=bits, groups=bits,
+                                epsilon=unknown.epsilon)
+        assert d_none == d_bits == pytest.approx(MNIST["delta"], rel=1e-6)
+        local = dprec_local_epsilon(clip_multiplier=0.545, delta=1e-5, bits=bits, rounds=3)
+        assert local.epsilon == dprec_local_epsilon(clip_multiplier=0.545, delta=1e-5, bits=bits, groups=bits,
+                                                    rounds=3).epsilon
+        assert all(local.epsilon >= dprec_local_epsilon(clip_multiplier=0.545, delta=1e-5, bits=bits, groups=g,
+                                                        rounds=3).epsilon for g in range(1, bits + 1))
+    # The calibration, the round accountant and the Accountant's events agree.
+    c_none = dprec_calibrate(target_epsilon=60.0, **{k: v for k, v in kw.items() if k != "clip_multiplier"}, bits=28)
+    c_bits = dprec_calibrate(target_epsilon=60.0, **{k: v for k, v in kw.items() if k != "clip_multiplier"}, bits=28,
+                             groups=28)
+    c_four = dprec_calibrate(target_epsilon=60.0, **{k: v for k, v in kw.items() if k != "clip_multiplier"}, bits=28,
+                             groups=4)
+    assert c_none == c_bits < c_four
+    rounds_kw = dict(clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=MNIST["delta"],
+                     threat_model=tm, relation="zero")
+    acc_none = DPRECRoundAccountant(bits=28, **rounds_kw).step(rounds=100).epsilon
+    acc_bits = DPRECRoundAccountant(bits=28, groups=28, **rounds_kw).step(rounds=100).epsilon
+    acc_four = DPRECRoundAccountant(bits=28, groups=4, **rounds_kw).step(rounds=100).epsilon
+    assert acc_none == acc_bits > acc_four
+
+    def event_epsilon(groups):
+        ev = DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=28, groups=groups, num_clients=100)
+        return Accountant(threat_model=tm, relation="zero").compose(ev, count=1000).get_epsilon(MNIST["delta"])
+
+    assert event_epsilon(None) == event_epsilon(28) > event_epsilon(4)
+
+
+def test_central_bits_without_groups_pay_every_bit_as_a_group():
+    # eta = messages * bits * 12 exp(c^2) / 2 >= 6 for any run: the worst split never pays out of delta < 1.
+    for bits in (28, 64, 1100):
+        with pytest.raises(ValueError, match=rf"bits={bits}"):
+            dprec_epsilon(**MNIST, bits=bits, threat_model="central")
+        with pytest.raises(ValueError, match=rf"bits={bits}"):
+            dprec_epsilon(**MNIST, bits=bits, groups=bits, threat_model="central")
+    # One group of 1100 bits is admitted (eta about 1e-326 is floored at the smallest double).
+    assert math.isfinite(dprec_epsilon(**MNIST, bits=1100, groups=1, threat_model="central").epsilon)
+    # The Accountant's REC cost: groups = bits.
+    for groups, g in ((None, 40), (40, 40), (4, 4), (1, 1)):
+        ev = DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=40, groups=groups, num_clients=100)
+        acc = Accountant(threat_model="central", relation="zero").compose(ev, count=10_000)
+        assert acc.rec_total_variation == pytest.approx(rec_total_variation(10_000, 0.545, 40, g), rel=1e-9)
+    with pytest.raises(ValueError, match=r"bits=40"):
+        DPRECRoundAccountant(bits=40, rounds=1, clients_per_round=10, num_clients=100, clip_multiplier=0.545,
+                             delta=MNIST["delta"], threat_model="central")
+
+
+def test_reviewers_example_64_one_bit_groups_are_not_one_64_bit_group():
+    # A message of 64 groups of 1 bit (bits=64, groups=64) has K = 2 per group; accounting bits=64 as one
+    # group of 64 bits (K = 2^64, capped at 2^30) understated its epsilon. Without groups: the worst split.
+    kw = dict(clip_multiplier=1.0, delta=1e-8, bits=64)
+    unknown = dprec_local_epsilon(**kw)
+    sixty_four = dprec_local_epsilon(**kw, groups=64)
+    one = dprec_local_epsilon(**kw, groups=1)
+    assert unknown.epsilon == sixty_four.epsilon
+    assert unknown.epsilon > one.epsilon * 1.2  # 8.68 against 6.79
+    # By hand: one message, the seed-visible bound at K = 2.
+    a = np.arange(2.0, 258.0)
+    log_f, log_r = rec_bound(1.0, a, 2)
+    expected = max(_balle(log_f / (a - 1), a, 1e-8 / 2), _balle(log_r / (a - 1), a, 1e-8 / 2))
+    assert unknown.epsilon == pytest.approx(expected, rel=1e-10)

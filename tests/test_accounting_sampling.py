@@ -336,7 +336,7 @@ def test_stepping_equals_dprec_epsilon_exactly(sampling, reverse):
 @pytest.mark.parametrize("sampling", ["poisson", "without_replacement"])
 @pytest.mark.parametrize("bits", [None, 45])
 def test_varying_clients_per_round(sampling, bits):
-    acc = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **dict(RUN, bits=bits))
+    acc = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **dict(RUN, bits=bits, groups=1))
     acc.step()
     acc.step(clients_per_round=40)
     result = acc.step(rounds=2)
@@ -354,7 +354,8 @@ def test_varying_clients_per_round(sampling, bits):
     assert result.sampling_rate == pytest.approx(70 / (4 * 500))
     assert result.rho == pytest.approx(70 * math.exp(0.64))
     # More clients in a round cost more privacy than fewer.
-    fewer = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **dict(RUN, bits=bits)).step(rounds=4)
+    fewer = DPRECRoundAccountant(clients_per_round=10, sampling=sampling, **dict(RUN, bits=bits, groups=1))
+    fewer = fewer.step(rounds=4)
     assert fewer.epsilon < result.epsilon
 
 
@@ -422,11 +423,11 @@ def test_dprec_epsilon_error_explains_total_bits():
         # Sound, against the server or a message observer: REC's messages are bounded directly, any bits
         # (fewer candidates per group cost more, no error).
         for tm in ("server", "messages"):
-            few, many = (dprec_epsilon(**kw, bits=b, threat_model=tm) for b in (7, 64))
+            few, many = (dprec_epsilon(**kw, bits=b, groups=1, threat_model=tm) for b in (7, 64))
             assert math.isfinite(few.epsilon) and few.epsilon > many.epsilon and few.overhead == 0.0
     # Sound, central: REC's total-variation cost 12 * 10^4 * e^0.297 / 2^7 is far above delta / 2.
     with pytest.raises(ValueError, match=r"bits=7 .*too few for a central guarantee"):
-        dprec_epsilon(**kw, bits=7, threat_model="central")
+        dprec_epsilon(**kw, bits=7, groups=1, threat_model="central")
 
 
 def test_planned_rounds_are_checked_up_front():
@@ -457,7 +458,7 @@ def test_planned_rounds_are_checked_up_front():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         central = DPRECRoundAccountant(bits=136, groups=4, rounds=50, threat_model="central", **RULE).step(rounds=50)
-        one = DPRECRoundAccountant(bits=132, rounds=50, threat_model="central", **RULE).step(rounds=50)
+        one = DPRECRoundAccountant(bits=132, groups=1, rounds=50, threat_model="central", **RULE).step(rounds=50)
     eta = 500 * 4 * 12 * math.e / 2**34
     assert central.overhead == pytest.approx(eta, rel=1e-12)
     assert one.overhead == pytest.approx(500 * 12 * math.e / 2**132, rel=1e-12)
@@ -493,7 +494,7 @@ def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
 def test_central_steps_refuse_when_rec_total_variation_reaches_half_delta():
     # Sound, central, bits = 32: REC's eta per 10-client round is 12 * 10 * e / 2^32 = 7.6e-8; 65 rounds
     # give 2 eta = 9.87e-6 < delta, the 66th would reach 1.0025e-5: refused, nothing composed. No warning.
-    acc = DPRECRoundAccountant(bits=32, threat_model="central", **RULE)
+    acc = DPRECRoundAccountant(bits=32, groups=1, threat_model="central", **RULE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = acc.step(rounds=65)
@@ -504,7 +505,7 @@ def test_central_steps_refuse_when_rec_total_variation_reaches_half_delta():
     assert acc.rounds == 65 and acc.accounting is before and acc.messages == 650
     # The server's guarantee depends on the bits only through the smallest group's K = 2^(bits // groups);
     # no overhead, no refusal.
-    server = [DPRECRoundAccountant(bits=b, **RULE).step(rounds=200) for b in (8, 32)]
+    server = [DPRECRoundAccountant(bits=b, groups=1, **RULE).step(rounds=200) for b in (8, 32)]
     assert server[0].epsilon > server[1].epsilon and server[0].overhead == server[1].overhead == 0.0
     grouped = DPRECRoundAccountant(bits=32, groups=4, **RULE).step(rounds=200)
     assert grouped == dataclasses.replace(server[0], bits=32)
@@ -560,7 +561,7 @@ def test_without_replacement_edge_cases():
 # --------------------------------------------------------------------------------------
 # The round accountant's sampling_rate path (Poisson rates that are not multiples of 1/N;
 # used by dprec.flower.DPRECStrategy(sampling="poisson"))
-ACC = dict(clip_multiplier=0.5, bits=64, num_clients=10, delta=1e-5, sampling="poisson")
+ACC = dict(clip_multiplier=0.5, bits=64, groups=1, num_clients=10, delta=1e-5, sampling="poisson")
 
 
 def test_accountant_sampling_rate_equals_clients_per_round_when_integral():
@@ -574,7 +575,7 @@ def test_accountant_sampling_rate_equals_clients_per_round_when_integral():
         stepped.step(sampling_rate=0.3)
     assert stepped.accounting == by_count.accounting
     whole = dprec_epsilon(rounds=4, clients_per_round=3, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
-                          sampling="poisson")
+                          groups=1, sampling="poisson")
     assert by_rate.accounting == whole
 
 
@@ -599,9 +600,9 @@ def test_accountant_sampling_rate_between_multiples():
     assert central.overhead == pytest.approx(18 * 12 * math.exp(0.25) / 2**64, rel=1e-12)
     assert central.epsilon == pytest.approx(gauss.epsilon, rel=1e-8) and central.epsilon >= gauss.epsilon
     lo = dprec_epsilon(rounds=6, clients_per_round=2, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
-                       sampling="poisson")
+                       groups=1, sampling="poisson")
     hi = dprec_epsilon(rounds=6, clients_per_round=3, num_clients=10, clip_multiplier=0.5, delta=1e-5, bits=64,
-                       sampling="poisson")
+                       groups=1, sampling="poisson")
     assert lo.epsilon < result.epsilon < hi.epsilon
     # Mixed rates: the curves add up; the reported rate is the average.
     mixed = DPRECRoundAccountant(sampling_rate=0.25, **ACC)
@@ -634,8 +635,9 @@ def test_codec_accountant_passes_the_sampling_rate():
     template = {"w": np.zeros(4, np.float32), "b": np.zeros(3, np.float32), "c": np.zeros(1, np.float32)}
     acc = codec.accountant(template, num_clients=10, delta=1e-5, sampling="poisson", sampling_rate=0.25)
     # 3 tensors of 16 bits: 48 total bits in 3 groups (K = 2^16 for the server's bound).
-    ref = DPRECRoundAccountant(sampling_rate=0.25, groups=3, **dict(ACC, bits=48))
+    ref = DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=48, groups=3))
     assert acc.step(rounds=3) == ref.step(rounds=3)
-    assert DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=48)).step(rounds=3).epsilon < acc.accounting.epsilon
+    one_group = DPRECRoundAccountant(sampling_rate=0.25, **dict(ACC, bits=48, groups=1))
+    assert one_group.step(rounds=3).epsilon < acc.accounting.epsilon
 
 

@@ -144,7 +144,7 @@ def test_both_tails_is_the_max_of_the_balle_conversions_at_half_delta(threat_mod
     # delta / 2. With bits (central only: REC's seed-visible messages have no add/remove bound), REC's
     # total-variation cost eta is paid as (1 + e^eps) eta: eps is the fixed point of the conversion at
     # (delta - (1 + e^eps) eta) / 2.
-    kw = dict(MNIST, bits=bits)
+    kw = dict(MNIST, bits=bits, groups=1)  # one group of `bits` bits
     r = dprec_epsilon(**kw, threat_model=threat_model, relation="add_remove")
     c, q, steps = 0.545, 0.01, 10_000
     fwd = steps * sampled_gaussian_rdp(q, 1 / (2 * c), ORDERS)
@@ -229,9 +229,9 @@ def test_calibration_round_trips_under_the_sound_method():
 def test_round_accountant_and_codec_entry_points_match_dprec_epsilon():
     for tm, rel in (("server", "zero"), ("messages", "add_remove")):
         acc = DPRECRoundAccountant(clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=100**-1.1,
-                                   bits=60, threat_model=tm, relation=rel)
+                                   bits=60, groups=1, threat_model=tm, relation=rel)
         got = acc.step(rounds=50)
-        direct = dprec_epsilon(**dict(MNIST, rounds=50, bits=60), threat_model=tm, relation=rel)
+        direct = dprec_epsilon(**dict(MNIST, rounds=50, bits=60, groups=1), threat_model=tm, relation=rel)
         assert got == direct and acc.threat_model == tm and acc.relation == rel
         # The codec passes its groups (here 4 x 15 bits: K = 2^15 for REC's message bound); so must the direct call.
         codec = _codec_epsilon(clip_multiplier=0.545, bits=60, groups=4, rounds=50, clients_per_round=10,
@@ -249,7 +249,7 @@ def test_round_accountant_and_codec_entry_points_match_dprec_epsilon():
     local = _codec_local_epsilon(clip_multiplier=0.545, bits=60, groups=4, delta=1e-5, rounds=3)
     assert local.threat_model == "server" and local.relation == "zero"
     assert local == dprec_local_epsilon(clip_multiplier=0.545, bits=60, groups=4, delta=1e-5, rounds=3)
-    assert local.epsilon > dprec_local_epsilon(clip_multiplier=0.545, bits=60, delta=1e-5, rounds=3).epsilon
+    assert local.epsilon > dprec_local_epsilon(clip_multiplier=0.545, bits=60, groups=1, delta=1e-5, rounds=3).epsilon
 
 
 def test_dp_fedavg_threat_models_and_pld_is_tighter_at_the_demo_settings():
@@ -315,10 +315,10 @@ def test_accountant_threat_models():
 )
 def test_accountant_dprec_events_equal_dprec_epsilon(tm, rel, bits):
     acc = Accountant(threat_model=tm, relation=rel, orders=ORDERS)
-    ev = DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=bits, num_clients=100)
+    ev = DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=bits, groups=1, num_clients=100)
     for _ in range(10):
         acc.compose(ev, count=1000)
-    direct = dprec_epsilon(**dict(MNIST, bits=bits), threat_model=tm, relation=rel)
+    direct = dprec_epsilon(**dict(MNIST, bits=bits, groups=1), threat_model=tm, relation=rel)
     assert math.isfinite(direct.epsilon)
     eta = 0.0 if bits is None or tm != "central" else 12 * 10_000 * math.exp(0.545**2) / 2**50
     # (with eta the fixed point may be nudged up by ~1e-9 after rounding, differently for 10 x 1000 and 10000 steps)
@@ -330,8 +330,8 @@ def test_accountant_dprec_events_equal_dprec_epsilon(tm, rel, bits):
     if bits is not None and tm != "central":
         # REC's seed-visible message curves: the bits enter through K = 2^(bits // groups) (capped at 2^30, so
         # 50 bits is 30), fewer candidates cost more; the cost is far above the Gaussian variant.
-        assert dprec_epsilon(**dict(MNIST, bits=8), threat_model=tm, relation=rel).epsilon > direct.epsilon
-        assert dprec_epsilon(**dict(MNIST, bits=30), threat_model=tm, relation=rel).epsilon == direct.epsilon
+        assert dprec_epsilon(**dict(MNIST, bits=8, groups=1), threat_model=tm, relation=rel).epsilon > direct.epsilon
+        assert dprec_epsilon(**dict(MNIST, bits=30, groups=1), threat_model=tm, relation=rel).epsilon == direct.epsilon
         grouped = Accountant(threat_model=tm, relation=rel, orders=ORDERS).compose(
             DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=48, groups=6, num_clients=100), count=10_000)
         assert grouped.get_epsilon(MNIST["delta"]) == pytest.approx(

@@ -459,8 +459,17 @@ class DPRECAccounting:
     def summary(self) -> str:
         """A few lines: the guarantee, whom it holds against, and how it was computed."""
         text = self.guarantee.summary()
-        if self.bits is not None:
-            text += f"\nREC overhead 12*rho/2^b = {self.overhead:.3g} of delta (b = {self.bits} total bits)"
+        if self.bits is None:
+            return text
+        if self.method == "paper":
+            text += f"\nTheorem 1's overhead 12*rho/2^b = {self.overhead:.3g} of delta (b = {self.bits} total bits)"
+        elif self.threat_model == "central":
+            text += (
+                f"\nREC's total-variation cost eta = {self.overhead:.3g}, paid as (1 + e^eps) eta of delta "
+                f"(b = {self.bits} total bits)"
+            )
+        else:
+            text += f"\nREC's messages bounded as sent, seed and index visible (b = {self.bits} total bits)"
         return text
 
 
@@ -817,11 +826,19 @@ def rec_message_log_moments(
 
 
 def _rec_candidates(bits: Optional[int], groups: Optional[int] = None) -> Optional[int]:
-    """``K`` of the smallest group (``2^(bits // groups)``), or None for the Gaussian variant."""
+    """``K`` of the smallest group, or None for the Gaussian variant.
+
+    ``bits`` is ``groups`` times the smallest group's bits (what :class:`dprec.codec.DPRECCodec`
+    passes), so ``K = 2^(bits // groups)``. Without ``groups`` the split is unknown and the smallest
+    group may have a single bit: ``K = 2``, valid for every split (the bound only grows as ``K``
+    shrinks).
+    """
     if bits is None:
         return None
-    per_group = bits // (1 if groups is None else max(1, int(groups)))
-    return 1 << min(max(per_group, 0), 30)
+    if groups is None:
+        return 2
+    per_group = bits // max(1, int(groups))
+    return 1 << min(max(per_group, 1), 30)
 
 
 def _rec_attributed(c: float, q: float, alphas: np.ndarray, candidates: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
@@ -1049,13 +1066,14 @@ def rec_total_variation(messages: int, clip_multiplier: float, bits: int, groups
     functions; the same bound Theorem 1 uses), ``rho_g = exp(c_g^2) <= exp(c^2)``. Groups and
     messages add up (a hybrid argument over the run), so the decoded run is within
     ``eta = messages * groups * 12 exp(c^2) / 2^(bits / groups)`` of the run of the Gaussian mechanism
-    it simulates. ``bits`` is the TOTAL bits of one message, split evenly over ``groups`` (default 1);
-    the candidates' count of the smallest group is used.
+    it simulates. ``bits`` is the TOTAL bits of one message, ``groups`` times the smallest group's
+    bits; without ``groups`` the split is unknown and every bit is taken as its own group (``K = 2``,
+    ``groups = bits``: the largest cost any split can have).
     """
     m = check_count(messages, "messages")
     c = check_positive(clip_multiplier, "clip_multiplier")
     b = check_bits(bits)
-    g = 1 if groups is None else check_count(groups, "groups")
+    g = b if groups is None else check_count(groups, "groups")
     if g > b:
         raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {g} > {b}")
     per_group_bits = b // g
@@ -1390,8 +1408,11 @@ def dprec_epsilon(
         the only one finite against the server.
     method : {"sound", "paper"}
     groups : int, optional
-        How many groups the ``bits`` are split over (default 1); only REC's central cost uses it
-        (``12 exp(c^2) / K`` per group and message, ``K = 2^(bits / groups)``).
+        How many groups the message's ``bits`` are split over, ``bits`` being ``groups`` times the
+        smallest group's bits (``DPRECCodec.layout(template).groups``; the codec passes it). REC's
+        bounds use the smallest group's ``K = 2^(bits // groups)`` candidates (and, for
+        ``"central"``, ``groups`` costs per message). ``None``: the split is unknown, so the
+        bounds take the worst one (every bit its own group, ``K = 2``): valid, and much looser.
 
     Returns
     -------
@@ -1476,8 +1497,8 @@ def dprec_local_epsilon(
     * ``method="paper"``: Theorem 1 with ``c_lambda = lambda c^2 / 2`` (eq. (57)),
       ``eps = min_lambda [rounds (lambda + 1) c^2 - log(delta - 12 rho / 2^b) / lambda]``.
 
-    ``bits`` is the TOTAL bits of one message, split over ``groups`` (default 1; the REC bound uses
-    the smallest group's ``2^(bits // groups)`` candidates).
+    ``bits`` is the TOTAL bits of one message, ``groups`` times the smallest group's bits; the REC
+    bound uses that group's ``2^(bits // groups)`` candidates (``groups=None``: the worst split, ``K = 2``).
     """
     method, tm, rel = _resolve_local(method, threat_model, relation)
     steps = check_count(rounds, "rounds")
@@ -1717,7 +1738,9 @@ class DPRECRoundAccountant:
     rounds : int, optional
         The planned number of rounds: the bit-width rule is checked for it now.
     groups : int, optional
-        Groups per message, for the error and warning messages (bits per group).
+        Groups per message (see :func:`dprec_epsilon`): with ``method="sound"`` REC's bounds use the
+        smallest group's ``2^(bits // groups)`` candidates; ``None`` takes the worst split
+        (``K = 2``). With ``method="paper"`` it only shapes the error and warning messages.
     orders : sequence of int, optional
         Integer Renyi orders; default :data:`DPREC_DEFAULT_ORDERS`.
     sampling_rate : float, optional
