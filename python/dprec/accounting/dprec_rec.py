@@ -1204,7 +1204,9 @@ def _finish_sound(
         overhead = rec_total_variation(messages, c, bits, groups)
         if 2.0 * overhead >= delta:
             raise ValueError(
-                f"bits={bits} (total bits of one message, {groups or 1} group(s)) is too few for a central guarantee "
+                f"bits={bits} (total bits of one message, "
+                f"{f'{groups} group(s)' if groups is not None else 'groups not given: every bit taken as its own group'}"
+                ") is too few for a central guarantee "
                 f"at delta={delta:g}: REC's total-variation cost 12 exp(c^2) / 2^(bits/groups) per group and message "
                 f"adds up to eta = {overhead:.3g} over {messages} messages, and delta must exceed (1 + e^eps) eta; "
                 "use more bits per group, or threat_model='server'/'messages' (which bound REC's messages directly)"
