@@ -265,14 +265,22 @@ def test_dp_fedavg_threat_models_and_pld_is_tighter_at_the_demo_settings():
     assert sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="server").epsilon == math.inf
     assert sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="server", secure_aggregation=True).epsilon == math.inf
     assert sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="messages").epsilon == math.inf
+    # Secure aggregation hides the messages but not how many there are: a message observer gets the
+    # central number for zero-out only; add/remove is inf with that reason.
     secagg = sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="messages", secure_aggregation=True)
     central = sampled_gaussian_epsilon(1.0, 0.1, 300, delta)
-    assert secagg.epsilon == central.epsilon and central.epsilons["zero"] == central.epsilon
+    assert central.epsilons["zero"] == central.epsilon == central.epsilons["add_remove"]
+    assert secagg.epsilon == math.inf and "masked messages" in secagg.reasons["add_remove"]
+    assert secagg.epsilons["zero"] == central.epsilon and "zero" not in secagg.reasons
     g = sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="server")
     assert "unnoised sum" in g.reasons["add_remove"]
-    # Joint noise: finite for all three, the same number.
+    # Joint noise: finite for all three under zero-out (the default), the same number; add/remove is
+    # inf (removing a client removes its noise share).
     values = {tm: joint_noise_guarantee(1.0, 0.1, delta, rounds=300, threat_model=tm).epsilon for tm in THREAT_MODELS}
     assert len(set(values.values())) == 1 and math.isfinite(values["server"])
+    for tm in THREAT_MODELS:
+        ar = joint_noise_guarantee(1.0, 0.1, delta, rounds=300, threat_model=tm, relation="add_remove")
+        assert ar.epsilon == math.inf and "share of the noise" in ar.reasons["add_remove"]
 
 
 def test_rdp_balle_baseline_is_the_hand_conversion():
@@ -286,7 +294,7 @@ def test_accountant_threat_models():
     for tm in THREAT_MODELS:
         acc = Accountant(threat_model=tm).compose(SampledGaussianEvent(0.01, 1.1), count=100)
         g = acc.guarantee(delta)
-        assert g.threat_model == tm and g.relation == "add_remove"
+        assert g.threat_model == tm and g.relation == "zero"  # the Accountant's default relation
         if tm == "central":
             assert math.isfinite(acc.get_epsilon(delta)) and g.finite
         else:
@@ -294,9 +302,11 @@ def test_accountant_threat_models():
             assert acc.get_delta(1.0) == 1.0
         joint = Accountant(threat_model=tm).compose(SampledGaussianEvent(0.01, 1.1, noise="clients"), count=100)
         assert joint.get_epsilon(delta) == Accountant().compose(SampledGaussianEvent(0.01, 1.1), count=100).get_epsilon(delta)
+        assert "share of the noise" in joint.guarantee(delta).reasons["add_remove"]  # distributed noise: zero only
         ddg = Accountant(threat_model=tm, orders=ORDERS).compose(
             DDGEvent(l2_sensitivity=1.0, noise_stddev=5.0, num_clients=10, dim=100), count=10)
         assert math.isfinite(ddg.get_epsilon(delta))
+        assert ddg.guarantee(delta).epsilons["add_remove"] == math.inf
     # RdpEvent: declared threat models.
     ev = RdpEvent(lambda a: 0.01 * a, name="lin", threat_models=("central", "messages"))
     assert math.isfinite(Accountant(threat_model="messages").compose(ev).get_epsilon(delta))

@@ -152,16 +152,20 @@ def test_privacy_event_composes_to_the_same_epsilon(cls):
 
 @pytest.mark.parametrize("cls", [secagg.DDGPipeline, secagg.SkellamPipeline], ids=["ddg", "skellam"])
 def test_epsilon_states_the_threat_model(cls):
-    # Secure aggregation reveals only the modular sum: the same guarantee against every observer, both relations.
+    # Secure aggregation reveals only the modular sum: the same guarantee against every observer under
+    # zero-out; add/remove has none (removing a client removes its share of the noise).
     pipe = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20,
                sampling_rate=0.2)
     g = pipe.guarantee()
-    assert (g.mechanism, g.threat_model, g.relation) == (pipe.mechanism, "server", "add_remove")
+    assert (g.mechanism, g.threat_model, g.relation) == (pipe.mechanism, "server", "zero")
     assert g.epsilon == pytest.approx(pipe.epsilon(), rel=1e-12) and g.epsilons["zero"] == g.epsilon
-    assert g.reasons == {} and "rdp-mironov" in g.conversion
+    assert g.epsilons["add_remove"] == math.inf and "share of the noise" in g.reasons["add_remove"]
+    assert "zero" not in g.reasons and "rdp-mironov" in g.conversion
+    assert math.isfinite(pipe.epsilon()) and pipe.epsilon() <= 4.0 * (1 + 1e-9)
     for tm in ("central", "messages", "server"):
+        assert pipe.epsilon(threat_model=tm, relation="zero") == pipe.epsilon()
+        assert pipe.epsilon(threat_model=tm, relation="add_remove") == math.inf
         for rel in ("add_remove", "zero"):
-            assert pipe.epsilon(threat_model=tm, relation=rel) == pipe.epsilon()
             assert pipe.guarantee(threat_model=tm, relation=rel).threat_model == tm
     assert pipe.guarantee(conversion="rdp-balle").epsilon <= pipe.epsilon()
     with pytest.raises(ValueError, match="threat_model must be one of"):

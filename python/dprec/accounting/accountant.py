@@ -58,12 +58,19 @@ from .dprec_rec import (
     _rec_candidates,
     _rec_tv_cost,
     _sound_curves,
-    rec_total_variation,
     dprec_forward_rdp,
     dprec_overhead,
     dprec_reverse_rdp,
+    rec_total_variation,
 )
-from .guarantee import RELATIONS, THREAT_MODELS, PrivacyGuarantee, check_relation, check_threat_model
+from .guarantee import (
+    NOISE_SHARE_REASON,
+    RELATIONS,
+    THREAT_MODELS,
+    PrivacyGuarantee,
+    check_relation,
+    check_threat_model,
+)
 from .rdp import CONVERSION_METHODS, DEFAULT_ORDERS, rdp_to_delta, rdp_to_epsilon, sampled_gaussian_rdp
 
 __all__ = [
@@ -144,6 +151,11 @@ class _GaussianThreats:
 
     def no_guarantee_reason(self, threat_model: str, relation: str) -> str:
         return _SERVER_NOISE_REASON
+
+    def curves(self, orders: np.ndarray, threat_model: str, relation: str) -> "tuple[np.ndarray, np.ndarray] | str":
+        if self.noise == "clients" and relation == "add_remove":
+            return NOISE_SHARE_REASON
+        return PrivacyEvent.curves(self, orders, threat_model, relation)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -246,8 +258,9 @@ class DPRECEvent(PrivacyEvent):
 
     With ``method="sound"`` (composed into an ``Accountant(threat_model=...)``) the curves are
     :func:`dprec.accounting.dprec_step_rdp`'s: ``bits=None`` the Gaussian variant; with ``bits``
-    (the TOTAL bits of one message, split over ``groups``, default 1) the server and message
-    observers' curves bound REC's messages as sent, and a central observer pays REC's
+    (the TOTAL bits of one message, ``groups`` times the smallest group's bits; ``groups=None``
+    takes the worst split, every bit its own group) the server and message observers' curves bound
+    REC's messages as sent, and a central observer pays REC's
     total-variation cost (:meth:`rec_total_variation_per_step`).
     """
 
@@ -377,9 +390,11 @@ class Accountant:
         :meth:`guarantee` carry the reason. ``None``: no threat model, every event's own
         :meth:`PrivacyEvent.rdp` curve is composed as given (the behaviour before threat models;
         the only way to compose ``DPRECEvent(method="paper")``, the paper's Algorithm 7).
-    relation : {"add_remove", "zero"} or None
-        The neighbouring relation of :meth:`get_epsilon` (default ``"add_remove"``); both are
-        tracked and :meth:`guarantee` reports both. ``None`` together with ``threat_model=None``.
+    relation : {"zero", "add_remove"} or None
+        The neighbouring relation of :meth:`get_epsilon` (default ``"zero"``: one client's update
+        replaced by a zero update, the relation every mechanism here has a bound for; the Gaussian
+        of DP-FedAvg gives the same number for both); both are tracked and :meth:`guarantee`
+        reports both. ``None`` together with ``threat_model=None``.
     orders : sequence of float, optional
         Renyi orders (> 1). Default: :data:`dprec.accounting.DEFAULT_ORDERS` (fractional orders
         near 1, every integer to 63, a sparse tail to 1024).
@@ -396,10 +411,10 @@ class Accountant:
     """
 
     def __init__(
-        self, threat_model: Optional[str] = "central", relation: Optional[str] = "add_remove", orders: Any = None
+        self, threat_model: Optional[str] = "central", relation: Optional[str] = "zero", orders: Any = None
     ) -> None:
         if threat_model is None:
-            if relation not in (None, "add_remove"):
+            if relation not in (None, "zero"):
                 raise ValueError(
                     f"relation must be None when threat_model is None (no threat model), got {relation!r}; "
                     f"valid threat_model values are {THREAT_MODELS} and None"
@@ -702,11 +717,23 @@ class _KeywordRdpEvent(PrivacyEvent):
         return np.asarray(self._fn()(orders, **self.params), dtype=np.float64)
 
 
-class DDGEvent(_KeywordRdpEvent):
+class _SharedNoiseEvent(_KeywordRdpEvent):
+    """Distributed noise under secure aggregation: every observer (``"central"``, ``"messages"``,
+    ``"server"``) sees only the modular sum, so the curve holds for all three threat models under
+    ``relation="zero"``; ``"add_remove"`` has no bound (removing a client removes its noise share)."""
+
+    def curves(self, orders: np.ndarray, threat_model: str, relation: str) -> "tuple[np.ndarray, np.ndarray] | str":
+        if relation == "add_remove":
+            return NOISE_SHARE_REASON
+        return super().curves(orders, threat_model, relation)
+
+
+class DDGEvent(_SharedNoiseEvent):
     """One round of the distributed discrete Gaussian: ``DDGEvent(l2_sensitivity=..., ...)``.
 
     Under secure aggregation every observer (``"central"``, ``"messages"``, ``"server"``) sees
-    only the modular sum: the same curve for all three threat models and both relations.
+    only the modular sum: the same curve for all three threat models, relation ``"zero"`` only
+    (see :class:`_SharedNoiseEvent`).
 
     The keyword arguments (or a dict of them) are those of :func:`dprec.accounting.discrete.ddg_rdp`
     (Kairouz et al. 2021, Theorem 1 / Chen et al., Theorem E.1).
@@ -718,10 +745,10 @@ class DDGEvent(_KeywordRdpEvent):
         return ddg_rdp
 
 
-class SkellamEvent(_KeywordRdpEvent):
+class SkellamEvent(_SharedNoiseEvent):
     """One round of the Skellam mechanism (Agarwal et al. 2021): ``SkellamEvent(l2_sensitivity=..., ...)``.
 
-    Secure aggregation: the same curve for all three threat models and both relations (as DDG).
+    Secure aggregation: the same curve for all three threat models, relation ``"zero"`` only (as DDG).
 
     The keyword arguments (or a dict of them) are those of :func:`dprec.accounting.discrete.skellam_rdp`.
     """

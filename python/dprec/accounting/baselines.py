@@ -15,7 +15,10 @@ Threat models
   the central one); the ``"server"`` adds the noise after aggregation and holds the unnoised sum,
   so it has no guarantee even with secure aggregation.
 * ``noise="clients"`` (joint noise through secure aggregation): every observer sees only the noisy
-  sum; finite for all three threat models.
+  sum; finite for all three threat models under ``relation="zero"``. ``"add_remove"`` is ``inf``:
+  removing a client also removes its share of the noise (the noise changes, not only its mean).
+* With ``secure_aggregation=True`` a message observer still sees how many masked messages a round
+  has: DP-FedAvg against ``"messages"`` is finite for ``"zero"`` only.
 
 Conversion (``conversion=``)
 ----------------------------
@@ -35,7 +38,14 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ._checks import check_count, check_delta, check_nonnegative, check_orders, check_probability
-from .guarantee import RELATIONS, THREAT_MODELS, PrivacyGuarantee, check_relation, check_threat_model
+from .guarantee import (
+    MASKED_COUNT_REASON,
+    NOISE_SHARE_REASON,
+    RELATIONS,
+    PrivacyGuarantee,
+    check_relation,
+    check_threat_model,
+)
 from .rdp import DEFAULT_ORDERS, rdp_to_epsilon, sampled_gaussian_rdp
 
 __all__ = [
@@ -125,13 +135,15 @@ def _rdp_guarantee(
     )
 
 
-def _gaussian_reason(threat_model: str, noise: str, secure_aggregation: bool) -> Optional[str]:
-    if noise == "clients" or threat_model == "central":
+def _gaussian_reason(threat_model: str, noise: str, secure_aggregation: bool, relation: str) -> Optional[str]:
+    if noise == "clients":
+        return NOISE_SHARE_REASON if relation == "add_remove" else None
+    if threat_model == "central":
         return None
     if threat_model == "messages":
-        if secure_aggregation:
-            return None
-        return "clients send unnoised updates (the server adds the noise); use secure_aggregation=True or 'central'"
+        if not secure_aggregation:
+            return "clients send unnoised updates (the server adds the noise); use secure_aggregation=True or 'central'"
+        return MASKED_COUNT_REASON if relation == "add_remove" else None
     return (
         "the server adds the noise after aggregation and holds the unnoised sum (with or without secure "
         "aggregation); only joint noise (noise='clients') protects against the server"
@@ -195,22 +207,23 @@ def gaussian_guarantee(
         raise ValueError(f"noise must be one of ('server', 'clients'), got {noise!r}")
     conv = _check_conversion(conversion)
     alphas = check_orders(DEFAULT_ORDERS if orders is None else orders)
-    reason = _gaussian_reason(tm, noise, bool(secure_aggregation))
+    reasons = {r: _gaussian_reason(tm, noise, bool(secure_aggregation), r) for r in RELATIONS}
     sampling = "poisson" if q < 1.0 else None
     composition = f"{t} compositions of the {'Poisson-sampled ' if q < 1.0 else ''}Gaussian mechanism"
     if conv == "pld":
-        eps = math.inf if reason is not None else _pld_epsilon(z, q, t, delta)
-        epsilons = {r: eps for r in RELATIONS}
+        finite = [r for r in RELATIONS if reasons[r] is None]
+        eps = _pld_epsilon(z, q, t, delta) if finite else math.inf  # the same curve for both relations
+        epsilons = {r: eps if reasons[r] is None else math.inf for r in RELATIONS}
         return PrivacyGuarantee(
-            mechanism=mechanism, epsilon=eps, delta=delta, threat_model=tm, relation=rel, epsilons=epsilons,
-            reasons={r: reason for r in RELATIONS} if reason is not None else {}, sampling=sampling,
+            mechanism=mechanism, epsilon=epsilons[rel], delta=delta, threat_model=tm, relation=rel,
+            epsilons=epsilons, reasons={r: why for r, why in reasons.items() if why is not None}, sampling=sampling,
             composition=composition + " (PLD composition)",
             conversion=f"pld (dp_accounting, pessimistic, discretization {_PLD_DISCRETIZATION:g})",
         )
-    curve = None if reason is not None else t * sampled_gaussian_rdp(q, z, alphas)
+    curve = t * sampled_gaussian_rdp(q, z, alphas) if any(why is None for why in reasons.values()) else None
     return _rdp_guarantee(
-        mechanism, lambda r: reason if curve is None else curve, alphas, delta, threat_model=tm, relation=rel,
-        conversion=conv, sampling=sampling, composition=composition + " (RDP composition)",
+        mechanism, lambda r: reasons[r] if reasons[r] is not None else curve, alphas, delta, threat_model=tm,
+        relation=rel, conversion=conv, sampling=sampling, composition=composition + " (RDP composition)",
     )
 
 

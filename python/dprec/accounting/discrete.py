@@ -68,7 +68,7 @@ from ._checks import (
     check_probability,
 )
 from ._subsampling import poisson_subsampled_rdp
-from .guarantee import PrivacyGuarantee, check_relation, check_threat_model
+from .guarantee import NOISE_SHARE_REASON, PrivacyGuarantee, check_relation, check_threat_model
 from .rdp import rdp_to_epsilon
 
 __all__ = [
@@ -342,13 +342,14 @@ def ddg_epsilon(
     orders: Any = None,
     method: str = "mironov",
     threat_model: str = "central",
-    relation: str = "add_remove",
+    relation: str = "zero",
 ) -> tuple[float, float]:
     """(eps, best order) of ``steps`` compositions of :func:`ddg_rdp` at the given delta.
 
     Under secure aggregation every observer (``threat_model`` ``"central"``, ``"messages"`` or
-    ``"server"``) sees only the modular sum, and ``relation`` ``"add_remove"`` and ``"zero"`` have
-    the same curve (the sensitivity of one client): both are validated, the number is the same.
+    ``"server"``) sees only the modular sum; the curve is for one client's update changing while every
+    client adds its noise share (``relation="zero"``, the default). ``"add_remove"`` gives
+    ``(inf, nan)``: removing a client also removes its share of the noise.
     :func:`ddg_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
     RDP composes additively over steps; the conversion is
@@ -356,7 +357,8 @@ def ddg_epsilon(
     defaults to the integers 2..256.
     """
     check_threat_model(threat_model)
-    check_relation(relation)
+    if check_relation(relation) == "add_remove":
+        return math.inf, math.nan  # NOISE_SHARE_REASON: see ddg_guarantee / skellam_guarantee
     return _composed_epsilon(
         ddg_rdp,
         orders,
@@ -489,13 +491,14 @@ def skellam_epsilon(
     orders: Any = None,
     method: str = "mironov",
     threat_model: str = "central",
-    relation: str = "add_remove",
+    relation: str = "zero",
 ) -> tuple[float, float]:
     """(eps, best order) of ``steps`` compositions of :func:`skellam_rdp` at the given delta.
 
     Under secure aggregation every observer (``threat_model`` ``"central"``, ``"messages"`` or
-    ``"server"``) sees only the modular sum, and ``relation`` ``"add_remove"`` and ``"zero"`` have
-    the same curve (the sensitivity of one client): both are validated, the number is the same.
+    ``"server"``) sees only the modular sum; the curve is for one client's update changing while every
+    client adds its noise share (``relation="zero"``, the default). ``"add_remove"`` gives
+    ``(inf, nan)``: removing a client also removes its share of the noise.
     :func:`skellam_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
     Agarwal, Kairouz and Liu (2021), the multi-dimensional Skellam RDP bound (module docstring),
@@ -503,7 +506,8 @@ def skellam_epsilon(
     Prop. 3 by default). ``orders`` defaults to the integers 2..256.
     """
     check_threat_model(threat_model)
-    check_relation(relation)
+    if check_relation(relation) == "add_remove":
+        return math.inf, math.nan  # NOISE_SHARE_REASON: see ddg_guarantee / skellam_guarantee
     return _composed_epsilon(
         skellam_rdp,
         orders,
@@ -569,7 +573,8 @@ def _secagg_guarantee(
     curve = t * rdp_fn(alphas, **params)
     q = params.get("sampling_rate", 1.0)
     return _rdp_guarantee(
-        mechanism, lambda r: curve, alphas, delta, threat_model=tm, relation=rel, conversion=conv,
+        mechanism, lambda r: NOISE_SHARE_REASON if r == "add_remove" else curve, alphas, delta, threat_model=tm,
+        relation=rel, conversion=conv,
         sampling="poisson" if q < 1.0 else None,
         composition=f"{t} compositions (RDP) of the modular sum under secure aggregation",
     )
@@ -581,12 +586,13 @@ def ddg_guarantee(
     steps: int = 1,
     orders: Any = None,
     threat_model: str = "central",
-    relation: str = "add_remove",
+    relation: str = "zero",
     conversion: str = "rdp-balle",
     **params: Any,
 ) -> PrivacyGuarantee:
-    """:func:`ddg_epsilon` as a PrivacyGuarantee: the same finite curve for all three threat models and
-    both relations (secure aggregation: only the modular sum is seen). ``params`` are those of
+    """:func:`ddg_epsilon` as a PrivacyGuarantee: the same finite curve for all three threat models
+    (secure aggregation: only the modular sum is seen) under ``relation="zero"``; ``"add_remove"`` is
+    ``inf`` with the reason (removing a client removes its noise share). ``params`` are those of
     :func:`ddg_rdp` (``l2_sensitivity``, ``noise_stddev``, ``num_clients``, ``dim``, ...);
     ``conversion`` ``"rdp-balle"`` (default), ``"rdp-mironov"`` or ``"auto"`` (= ``"rdp-balle"``)."""
     return _secagg_guarantee("ddg", ddg_rdp, delta=delta, steps=steps, orders=orders, threat_model=threat_model,
@@ -599,7 +605,7 @@ def skellam_guarantee(
     steps: int = 1,
     orders: Any = None,
     threat_model: str = "central",
-    relation: str = "add_remove",
+    relation: str = "zero",
     conversion: str = "rdp-balle",
     **params: Any,
 ) -> PrivacyGuarantee:

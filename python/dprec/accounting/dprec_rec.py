@@ -186,7 +186,7 @@ from ._checks import (
     check_probability,
 )
 from .guarantee import RELATIONS, THREAT_MODELS, LocalGuarantee, PrivacyGuarantee, check_relation, check_threat_model
-from .rdp import epsilon_per_order, rdp_to_delta, rdp_to_epsilon, sampled_gaussian_rdp
+from .rdp import epsilon_per_order, rdp_to_delta, sampled_gaussian_rdp
 
 __all__ = [
     "DPREC_DEFAULT_ORDERS",
@@ -1609,16 +1609,17 @@ def dprec_calibrate(
     Same parameters as :func:`dprec_epsilon` (``bits`` the TOTAL bits of one message, ``sampling``
     the scheme, ``threat_model``/``relation``/``method`` as there). Epsilon increases with ``c``
     (every curve does), so the root is unique; it is found by Brent's method on ``[1e-6, c_max]``
-    where ``c_max`` is doubled until epsilon exceeds the target (or the overhead reaches delta,
-    beyond which epsilon is undefined).
+    where ``c_max`` is doubled until epsilon exceeds the target (or, where bits cost delta -- the
+    paper's overhead ``12 rho / 2^b``, or REC's total-variation cost for ``"central"`` -- until that
+    cost reaches delta, beyond which epsilon is undefined).
 
     Raises
     ------
     ValueError
         For a ``threat_model``/``relation`` combination without a guarantee (naming both and the
         valid choices); when ``target_epsilon`` is below the floor that no ``c`` can go under with
-        these orders, or above what any ``c`` reaches before the overhead ``12 rho / 2^b`` uses up
-        ``delta``.
+        these orders, or above what any ``c`` reaches before the bits' cost (``method="paper"``:
+        ``12 rho / 2^b``; ``"central"``: REC's total-variation cost) uses up ``delta``.
     """
     eps_target = check_positive(target_epsilon, "target_epsilon")
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
@@ -1685,8 +1686,9 @@ def dprec_calibrate(
                 break
         else:
             raise ValueError(
-                f"target_epsilon={eps_target:g} is not reachable: the overhead 12*rho/2^b reaches "
-                f"delta={delta:g} first (bits={bits} total bits)"
+                f"target_epsilon={eps_target:g} is not reachable: the bits' cost "
+                f"({'the overhead 12*rho/2^b' if method == 'paper' else 'REC total variation (1 + e^eps) eta'}) "
+                f"reaches delta={delta:g} first (bits={bits} total bits); use more bits per group"
             )
         lo = good
     return float(brentq(excess, lo, hi, rtol=rtol, xtol=1e-14))
@@ -1704,15 +1706,16 @@ class DPRECRoundAccountant:
     from round to round (one curve per distinct ``B`` or rate, each multiplied by its count,
     ``rho`` the sum of all ``B``). ``T`` rounds of a constant ``B`` give exactly
     :func:`dprec_epsilon`'s result. The model is :func:`dprec_epsilon`'s: the target's update
-    against a zero update, messages attributed to clients. With ``"with_replacement"`` (the
-    paper's Algorithm 7) a round is ``B`` draws, each a mixture of the target's message with the
-    prior ``p``. With ``"poisson"`` a round at rate ``q`` (``B / N`` or ``sampling_rate``) costs
-    exactly ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` in each direction: an unsampled
-    client sends nothing, so unlike DP-FedAvg (server-side noise) there is no sampled-Gaussian
-    amplification, and the guarantee holds against the server too; ``reverse`` does not change
-    the numbers.
-    Applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`): a planned ``rounds`` is
-    checked here, and every :meth:`step` before it composes::
+    against a zero update by default, against the observer ``threat_model`` (default ``"server"``),
+    with ``method="sound"`` (default) or the paper's Algorithm 7 (``method="paper"``, with
+    replacement only). Sound: per round the curves of :func:`dprec_step_rdp` (with ``bits``, REC's
+    messages as sent, or for ``"central"`` the Gaussian curves plus REC's total-variation cost;
+    ``bits=None`` the Gaussian variant); an unsampled client sends nothing, so unlike DP-FedAvg
+    there is no sampled-Gaussian amplification against the server.
+    Checks the bits up front for a planned ``rounds`` and before every :meth:`step` composes:
+    ``method="paper"`` applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`),
+    ``"central"`` refuses once REC's total-variation cost reaches half of delta; the server and
+    message observers need no check::
 
         acc = codec.accountant(template, num_clients=100, clients_per_round=10, delta=1e-5,
                                sampling="without_replacement", rounds=500)
@@ -1859,9 +1862,11 @@ class DPRECRoundAccountant:
         Raises
         ------
         ValueError
-            For invalid parameters, or when these rounds would bring the overhead
-            ``12 rho / 2^b`` to delta (naming ``bits``); then nothing is composed. Warns
-            :class:`DPRECPrivacyWarning` when the overhead first exceeds 10% of delta.
+            For invalid parameters, or when these rounds would bring the bits' cost to delta
+            (``method="paper"``: the overhead ``12 rho / 2^b``; ``"central"``: twice REC's
+            total-variation cost), naming ``bits``; then nothing is composed. With
+            ``method="paper"`` it warns :class:`DPRECPrivacyWarning` when the overhead first
+            exceeds 10% of delta.
         """
         rate: Optional[float] = None
         if sampling_rate is not None:

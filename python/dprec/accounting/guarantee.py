@@ -201,3 +201,19 @@ class PrivacyGuarantee:
         if self.caveat:
             lines.append(f"caveat: {self.caveat}")
         return "\n".join(lines)
+
+
+#: Why distributed noise (every client adds a share; secure aggregation reveals the sum) has no
+#: add/remove guarantee here: its curves are for one client's update changing while every client
+#: still adds its share.
+NOISE_SHARE_REASON = (
+    "removing a client also removes its share of the noise, so the total noise changes, not only its mean, "
+    "which the curve does not cover; relation='zero' (the client stays, sending a zero update) is covered"
+)
+
+#: Why secure aggregation alone does not give DP-FedAvg an add/remove guarantee against a message observer.
+MASKED_COUNT_REASON = (
+    "with secure aggregation a message observer still sees how many masked messages a round has, which "
+    "reveals whether the client took part and which the sampled-Gaussian curve does not cover; "
+    "relation='zero' is covered"
+)

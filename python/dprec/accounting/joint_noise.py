@@ -158,19 +158,21 @@ def joint_noise_epsilon(
     orders: Any = None,
     method: str = "mironov",
     threat_model: str = "central",
-    relation: str = "add_remove",
+    relation: str = "zero",
 ) -> tuple[float, float]:
     """(eps, best order) for S local steps per round over T rounds with ``sigma_total``.
 
     Mironov's conversion by default; ``method="balle"`` for the tighter one. ``orders`` defaults to
     the integers 2..256 (:data:`JOINT_NOISE_DEFAULT_ORDERS`). ``threat_model`` (``"central"``,
-    ``"messages"`` or ``"server"``) and ``relation`` (``"add_remove"`` or ``"zero"``) are validated;
-    the number is the same for all of them (every observer sees only the noisy sum through secure
-    aggregation; zero-out and add/remove give the same sampled-Gaussian curve).
+    ``"messages"`` or ``"server"``): the same number for all three (every observer sees only the
+    noisy sum through secure aggregation). ``relation``: ``"zero"`` (default; a client's update
+    replaced by zero, every client still adding its noise share); ``"add_remove"`` gives
+    ``(inf, nan)``: removing a client also removes its share of the noise.
     :func:`joint_noise_guarantee` returns the full result, by PLD where available.
     """
     check_threat_model(threat_model)
-    check_relation(relation)
+    if check_relation(relation) == "add_remove":
+        return math.inf, math.nan
     alphas = JOINT_NOISE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
     delta = check_delta(delta)
     rdp = joint_noise_rdp(alphas, noise_multiplier, sampling_rate, local_steps, rounds)
@@ -185,7 +187,7 @@ def joint_noise_guarantee(
     local_steps: int = 1,
     rounds: int = 1,
     threat_model: str = "central",
-    relation: str = "add_remove",
+    relation: str = "zero",
     conversion: str = "auto",
     orders: Any = None,
 ) -> PrivacyGuarantee:
@@ -193,7 +195,8 @@ def joint_noise_guarantee(
 
     ``S * T`` Poisson-sampled Gaussian steps with ``sigma_total`` (:func:`sigma_total`), the noise
     added by the clients: finite for all three threat models (the observer sees only the noisy
-    sum), both relations the same. ``conversion``: ``"auto"`` (PLD through ``dp_accounting`` when it
+    sum) under ``relation="zero"`` (the default); ``"add_remove"`` is ``inf`` with the reason (removing
+    a client removes its noise share). ``conversion``: ``"auto"`` (PLD through ``dp_accounting`` when it
     imports, else ``"rdp-balle"``), ``"pld"``, ``"rdp-balle"`` or ``"rdp-mironov"``; see
     :func:`dprec.accounting.gaussian_guarantee`.
     """

@@ -399,22 +399,23 @@ class DistributedPipeline:
         return d
 
     def epsilon(
-        self, delta: Optional[float] = None, *, threat_model: str = "server", relation: str = "add_remove"
+        self, delta: Optional[float] = None, *, threat_model: str = "server", relation: str = "zero"
     ) -> float:
         """The accounted epsilon at ``delta`` (default: the pipeline's delta) against ``threat_model``.
 
         Secure aggregation reveals only the modular sum of the clients' noisy vectors, to every
         observer: the guarantee is the same finite number for ``threat_model`` ``"server"`` (the
         default, because it holds against the server that runs the aggregation), ``"messages"``
-        and ``"central"``, and for ``relation`` ``"add_remove"`` (the default) and ``"zero"`` (the
-        sensitivity of one client either way). Both are validated (ValueError naming the argument
-        and the valid choices). :meth:`guarantee` returns the full
-        :class:`dprec.accounting.PrivacyGuarantee`.
+        and ``"central"``, for ``relation="zero"`` (the default: one client's update replaced by a
+        zero update, every client still adding its noise share). ``relation="add_remove"`` gives
+        ``inf``: removing a client also removes its share of the noise (see :meth:`guarantee`'s
+        ``reasons``). Both are validated (ValueError naming the argument and the valid choices).
         """
         from ..accounting.guarantee import check_relation, check_threat_model  # noqa: PLC0415
 
         check_threat_model(threat_model)
-        check_relation(relation)
+        if check_relation(relation) == "add_remove":
+            return math.inf
         d = self._guarantee_delta(delta)
         saved, self._delta = self._delta, d
         try:
@@ -427,7 +428,7 @@ class DistributedPipeline:
         delta: Optional[float] = None,
         *,
         threat_model: str = "server",
-        relation: str = "add_remove",
+        relation: str = "zero",
         conversion: str = "rdp-mironov",
     ) -> Any:
         """The :class:`dprec.accounting.PrivacyGuarantee` of the pipeline's ``steps`` rounds at ``delta``.
@@ -435,7 +436,8 @@ class DistributedPipeline:
         :func:`dprec.accounting.ddg_guarantee` / :func:`~dprec.accounting.skellam_guarantee` with
         this pipeline's sensitivity after rounding, noise, clients, padded dimension, granularity
         and sampling rate: one finite curve for every ``threat_model`` (default ``"server"``; see
-        :meth:`epsilon`) and both relations (default ``"add_remove"``). ``conversion``
+        :meth:`epsilon`) under ``relation="zero"`` (the default; ``"add_remove"`` is ``inf`` with the
+        reason). ``conversion``
         ``"rdp-mironov"`` (default: the conversion :meth:`epsilon` and the calibration use, so
         the two agree) or ``"rdp-balle"`` (tighter).
         """
