@@ -105,12 +105,12 @@ SUPPORTED: dict[tuple[str, str], tuple[str, ...]] = {
     ("dprec", "messages"): ("zero",),
     ("dprec", "central"): ("zero",),
     ("gaussian", "central"): ("add_remove", "zero"),
-    ("ddg", "server"): ("add_remove", "zero"),
-    ("ddg", "messages"): ("add_remove", "zero"),
-    ("ddg", "central"): ("add_remove", "zero"),
-    ("skellam", "server"): ("add_remove", "zero"),
-    ("skellam", "messages"): ("add_remove", "zero"),
-    ("skellam", "central"): ("add_remove", "zero"),
+    ("ddg", "server"): ("zero",),
+    ("ddg", "messages"): ("zero",),
+    ("ddg", "central"): ("zero",),
+    ("skellam", "server"): ("zero",),
+    ("skellam", "messages"): ("zero",),
+    ("skellam", "central"): ("zero",),
     ("qmgeo", "server"): ("zero",),
     ("qmgeo", "messages"): ("zero",),
     ("qmgeo", "central"): ("zero",),
@@ -122,6 +122,10 @@ _WHY_NOT = {
     "is proved against a message observer",
     ("qmgeo", "add_remove"): "QMGeo is a local randomizer: its accounting is for one client's input changed "
     "(relation='zero'); its participation is visible to an observer of messages",
+    ("ddg", "add_remove"): "removing a client also removes its share of the noise, which the distributed "
+    "discrete Gaussian's accounting does not cover (relation='zero': the client stays, sending a zero update)",
+    ("skellam", "add_remove"): "removing a client also removes its share of the noise, which the Skellam "
+    "accounting does not cover (relation='zero': the client stays, sending a zero update)",
     ("gaussian", "server"): "DP-FedAvg's clients send unnoised updates; the server adds the noise to the sum, "
     "so the server (and any observer of messages) has no guarantee",
 }
@@ -495,7 +499,7 @@ def _secagg_setup(mechanism: str, threat_model: str, relation: str, c: float, bi
     share = clip / (c * math.sqrt(clients))
     seed = int(driver.integers(0, 1 << 63))
     claimed_pipe = cls(dim, clip=clip, bits=bits, num_clients=clients, seed=seed, noise_stddev=share, delta=delta)
-    eps = float(claimed_pipe.epsilon())
+    eps = float(claimed_pipe.epsilon(threat_model=threat_model, relation=relation))
     mech_share = share / 4.0 if broken == "noise/4" else share
     pipe = cls(dim, clip=clip, bits=bits, num_clients=clients, seed=seed, noise_stddev=mech_share, delta=delta)
     u = _unit(dim)
