@@ -502,6 +502,8 @@ def calibrate_noise_multiplier(
     if not probe.conversion.startswith("pld"):
         return z
 
+    from .accounting.baselines import _pld_epsilon  # noqa: PLC0415 - the library's PLD, on a coarser grid
+
     def pld_excess(v: float) -> float:
         return _pld_epsilon(v, sampling_rate, rounds, delta, CALIBRATION_PLD_DISCRETIZATION) - eps
 
@@ -517,22 +519,6 @@ def calibrate_noise_multiplier(
 
 #: The PLD discretization of :func:`calibrate_noise_multiplier`'s search (the reported epsilon uses 1e-4).
 CALIBRATION_PLD_DISCRETIZATION = 1e-3
-
-
-def _pld_epsilon(z: float, sampling_rate: float, rounds: int, delta: float, discretization: float) -> float:
-    """dp_accounting's pessimistic PLD epsilon of ``rounds`` Poisson-sampled Gaussian steps (add/remove)."""
-    import dp_accounting  # noqa: PLC0415
-    from dp_accounting.pld import pld_privacy_accountant  # noqa: PLC0415
-
-    acc = pld_privacy_accountant.PLDAccountant(
-        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-        value_discretization_interval=discretization,
-    )
-    event: Any = dp_accounting.GaussianDpEvent(z)
-    if sampling_rate < 1.0:
-        event = dp_accounting.PoissonSampledDpEvent(sampling_rate, event)
-    acc.compose(event, int(rounds))
-    return float(acc.get_epsilon(delta))
 
 
 # --------------------------------------------------------------------------- model and training

@@ -82,7 +82,10 @@ def _check_conversion(conversion: Any, *, pld_ok: bool = True) -> str:
     return conversion
 
 
-def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
+def _pld_epsilon(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, discretization: float = _PLD_DISCRETIZATION
+) -> float:
+    """dp_accounting's pessimistic PLD epsilon of ``steps`` Poisson-sampled Gaussian steps (add/remove)."""
     import dp_accounting  # noqa: PLC0415
     from dp_accounting.pld import pld_privacy_accountant  # noqa: PLC0415
 
@@ -92,7 +95,7 @@ def _pld_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta:
         return 0.0
     acc = pld_privacy_accountant.PLDAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-        value_discretization_interval=_PLD_DISCRETIZATION,
+        value_discretization_interval=discretization,
     )
     event: Any = dp_accounting.GaussianDpEvent(noise_multiplier)
     if sample_rate < 1.0:
