@@ -27,8 +27,9 @@ is always the one :mod:`dprec.accounting.discrete` certifies for the ``gamma`` a
 Threat model: the server (and anyone else) sees only the modular sum, so the accounted guarantee
 (:meth:`DistributedPipeline.epsilon`, :meth:`DistributedPipeline.guarantee`) holds against the
 ``"server"`` (their default ``threat_model``), and so against ``"messages"`` and ``"central"``
-observers, for ``relation`` ``"add_remove"`` (default) and ``"zero"`` alike (one client's
-sensitivity); a calibration to ``target_epsilon`` therefore holds for all of them.
+observers, for ``relation="zero"`` (the default: one client's update replaced by a zero update,
+every client still adding its noise share); a calibration to ``target_epsilon`` therefore holds for
+all of them. ``relation="add_remove"`` is ``inf``: removing a client also removes its noise share.
 """
 
 from __future__ import annotations
