@@ -559,3 +559,20 @@ def test_reviewers_example_64_one_bit_groups_are_not_one_64_bit_group():
     log_f, log_r = rec_bound(1.0, a, 2)
     expected = max(_balle(log_f / (a - 1), a, 1e-8 / 2), _balle(log_r / (a - 1), a, 1e-8 / 2))
     assert unknown.epsilon == pytest.approx(expected, rel=1e-10)
+
+
+def test_large_orders_take_jensen_above_the_exact_moments():
+    # Orders above 513 use E[w_bar^m] <= E[w^m] (Jensen) instead of the (m x m) exact convolution, so a
+    # MAX_ORDER-sized request costs what order 513 does; below the switch the exact moments are used.
+    from dprec.accounting import dprec_rec
+    from dprec.accounting._checks import MAX_ORDER
+
+    top = dprec_rec._REC_EXACT_MOMENT_MAX
+    a = np.array([2.0, top + 1.0, top + 2.0, float(MAX_ORDER)])
+    x = 0.3
+    _, rev = dprec_rec.rec_message_log_moments(math.sqrt(x), a, candidates=64)
+    m = a - 1.0
+    exact = dprec_rec._log_mean_power_moments(x, top, 64)
+    np.testing.assert_allclose(rev[:2], a[:2] * m[:2] * x / 2 + exact[[1, top]], rtol=1e-12)
+    np.testing.assert_allclose(rev[2:], a[2:] * m[2:] * x / 2 + m[2:] * (m[2:] - 1) * x / 2, rtol=1e-12)
+    assert exact[top] < top * (top - 1) * x / 2  # the exact moment is the tighter one where it is used

@@ -654,13 +654,7 @@ def _poisson_round_rdp(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
         return alphas * c * c / 2.0
     with np.errstate(over="ignore"):
         x = alphas * (alphas - 1.0) * (c * c / 2.0)
-    out = np.empty(alphas.shape)
-    small = x <= 700.0
-    out[small] = np.log1p(q * np.expm1(x[small]))
-    big = ~small
-    if np.any(big):
-        out[big] = np.logaddexp(math.log1p(-q), math.log(q) + x[big])
-    return out / (alphas - 1.0)
+    return _log_mix_rdp(q, x, alphas)
 
 
 def _step_curves(
@@ -748,6 +742,9 @@ def _log_mix_rdp(q: float, x: np.ndarray, alphas: np.ndarray) -> np.ndarray:
 #: Candidates per group above which the mean's moments are taken at this many (they only shrink as
 #: K grows, so a smaller K is a valid, and here indistinguishable, upper bound; it bounds the work).
 _REC_MOMENT_MAX_CANDIDATES = 1 << 30
+#: Highest moment of the mean computed exactly (an (m x m) convolution); above it the reverse bound uses
+#: Jensen's ``E[w_bar^m] <= E[w^m]`` (valid, looser), so orders up to MAX_ORDER cost no more than this.
+_REC_EXACT_MOMENT_MAX = 512
 
 
 def _log_mean_power_moments(x: float, top: int, k: int) -> np.ndarray:
@@ -800,7 +797,8 @@ def rec_message_log_moments(
       log-moment ``<= a^2 x (1 + 1/K) / 2``;
     * reverse, ``E_phi[(P_0 / P_phi)^a] = E[w_bar^(a-1) M_-(a-1)]``, by the same inequality at most
       ``E[w_bar^(a-1)] E[w^-(a-1)]``: log-moment ``<= a (a-1) x / 2 + log E[w_bar^(a-1)]``, the mean's
-      moment computed exactly (:func:`_log_mean_power_moments`).
+      moment computed exactly (:func:`_log_mean_power_moments`; above order 513, by Jensen
+      ``E[w_bar^(a-1)] <= E[w^(a-1)]``, to bound the work).
 
     Groups are independent given the update, so a message's log-moment is the sum over its groups.
     Both bounds are convex in ``x`` and 0 at ``x = 0`` (``log E[w_bar^m]`` is the log of a positive
@@ -819,9 +817,11 @@ def rec_message_log_moments(
     k = min(k, _REC_MOMENT_MAX_CANDIDATES)
     x = c * c
     forward = alphas * alphas * x * (1.0 + 1.0 / k) / 2.0
-    top = int(alphas.max()) - 1
-    mean_moments = _log_mean_power_moments(x, top, k)
-    reverse = alphas * (alphas - 1.0) * x / 2.0 + mean_moments[(alphas - 1.0).astype(np.int64)]
+    m = (alphas - 1.0).astype(np.int64)
+    exact = _log_mean_power_moments(x, int(min(m.max(), _REC_EXACT_MOMENT_MAX)), k)
+    jensen = m * (m - 1.0) * x / 2.0  # log E[w^m] >= log E[w_bar^m]
+    mean_moments = np.where(m <= _REC_EXACT_MOMENT_MAX, exact[np.minimum(m, _REC_EXACT_MOMENT_MAX)], jensen)
+    reverse = alphas * (alphas - 1.0) * x / 2.0 + mean_moments
     return forward, reverse
 
 
