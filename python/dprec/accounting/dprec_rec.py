@@ -1604,7 +1604,8 @@ def dprec_calibrate(
     method: str = "sound",
     groups: Optional[int] = None,
 ) -> float:
-    """The clip multiplier ``c = C / sigma`` at which :func:`dprec_epsilon` equals ``target_epsilon``.
+    """The clip multiplier ``c = C / sigma`` at which :func:`dprec_epsilon` equals ``target_epsilon``
+    (to ``rtol``, and never above it: a root that rounding puts above the target is stepped down).
 
     Same parameters as :func:`dprec_epsilon` (``bits`` the TOTAL bits of one message, ``sampling``
     the scheme, ``threat_model``/``relation``/``method`` as there). Epsilon increases with ``c``
@@ -1691,7 +1692,13 @@ def dprec_calibrate(
                 f"reaches delta={delta:g} first (bits={bits} total bits); use more bits per group"
             )
         lo = good
-    return float(brentq(excess, lo, hi, rtol=rtol, xtol=1e-14))
+    c = float(brentq(excess, lo, hi, rtol=rtol, xtol=1e-14))
+    # brentq may land a rounding error above the root; step down so the calibrated c never exceeds the target.
+    for _ in range(64):
+        if excess(c) <= 0.0:
+            break
+        c = max(lo, c * (1.0 - 4.0 * rtol))
+    return c
 
 
 # --------------------------------------------------------------------------------------
