@@ -36,8 +36,9 @@ dprec.torch
     PyTorch helpers (needs PyTorch): model update in, decode template, update applied back.
 dprec.flower
     Flower integration (needs flwr): the client mod ``dprec_mod`` and ``DPRECStrategy``.
-dprec.demo
-    ``dprec demo``: FedAvg, DP-FedAvg and DP-REC on scikit-learn's digits.
+dprec.compare
+    ``dprec compare``: every mechanism trains a NumPy model at one epsilon, calibrated per threat
+    model (needs SciPy and scikit-learn); ``dprec.demo`` is its quick preset, ``dprec demo``.
 
 The optional modules are not imported by ``import dprec``.
 """

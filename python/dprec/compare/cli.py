@@ -10,7 +10,7 @@ import sys
 from typing import Any, Optional, Sequence, TextIO
 
 from .mechanisms import MECHANISMS, THREAT_MODELS
-from .report import format_table, headline, write_plots
+from .report import format_federation, format_summary, format_table, headline, write_plots
 from .runner import FEDERATION_DEFAULTS, QUICK_ROUNDS, CompareConfig, CompareResult, run_compare
 
 __all__ = ["DEMO_MECHANISMS", "DESCRIPTION", "add_arguments", "main", "missing_requirements", "run_from_args"]
@@ -197,10 +197,15 @@ def run_from_args(args: argparse.Namespace, out: Optional[TextIO] = None,
         finally:
             if bar is not None:
                 bar.close()
-    print(format_table(result, trust=demo or getattr(args, "trust", False)), file=out)
-    if demo:
+    if demo:  # the compact view: every observer side by side, who must be trusted, then the headline
+        for fed in result.federations:
+            print(format_federation(fed, trust=False).split("\n\n-- against")[0], file=out)
+            print(format_summary(fed, trust=True), file=out)
+            print(_footnotes(fed), file=out)
         for line in headline(result):
             print(f"\n{line}", file=out)
+    else:
+        print(format_table(result, trust=getattr(args, "trust", False)), file=out)
     if args.plot:
         if missing_requirements(True, ()):
             print(f"{prog}: --plot needs matplotlib: pip install \"dprec[demo]\"", file=sys.stderr)
@@ -212,6 +217,17 @@ def run_from_args(args: argparse.Namespace, out: Optional[TextIO] = None,
             json.dump(result.as_dict(), f, indent=1)
         print(f"JSON written to {args.json}", file=out)
     return 0
+
+
+def _footnotes(fed: Any) -> str:
+    """The reasons behind every infinite epsilon of ``fed``, once each."""
+    seen: list[str] = []
+    for row in fed.rows:
+        if math.isinf(row.epsilon) and row.reason and row.mechanism != "fedavg":
+            text = f"   {row.label} against {row.threat_model}: {row.reason}"
+            if text not in seen:
+                seen.append(text)
+    return "\n".join(["   where epsilon is inf:"] + seen) if seen else ""
 
 
 def main(argv: Optional[Sequence[str]] = None, *, demo: bool = False) -> int:

@@ -7,9 +7,9 @@ from typing import Optional
 
 import numpy as np
 
-from .runner import CompareResult, FederationResult, PlanResult
+from .runner import CompareResult, FederationResult, PlanResult, RowResult
 
-__all__ = ["OBSERVERS", "format_table", "write_plots"]
+__all__ = ["OBSERVERS", "format_summary", "format_table", "headline", "write_plots"]
 
 #: Who each threat model's observer is (the table's group headings).
 OBSERVERS = {
@@ -92,10 +92,42 @@ def format_federation(fed: FederationResult, *, trust: bool = False) -> str:
     return "\n".join(lines)
 
 
+def format_summary(fed: FederationResult, *, trust: bool = True) -> str:
+    """One row per trained configuration: accuracy, bytes, and its epsilon against EVERY observer side by side.
+
+    A row's parameters were calibrated to the target against the observers marked ``=``; against the
+    others its epsilon is what those parameters give (``inf`` where nothing is proved)."""
+    tms = list(dict.fromkeys(r.threat_model for r in fed.rows))
+    runs = max((len(p.runs) for p in fed.plans), default=0)
+    head = (f"   {'mechanism':<58} {'test acc % (' + str(runs) + ' runs)':>20} "
+            + " ".join(f"{'eps ' + tm:>12}" for tm in tms) + f" {'B/message':>10}")
+    lines = [f"== {fed.name}: each configuration against every observer ('=': calibrated to the target there)", head]
+    by_plan: dict[int, dict[str, RowResult]] = {}
+    for row in fed.rows:
+        if row.plan >= 0:
+            by_plan.setdefault(row.plan, {})[row.threat_model] = row
+    for i, plan in enumerate(fed.plans):
+        rows = by_plan.get(i, {})
+        if not rows or not plan.runs:
+            continue
+        eps = []
+        for tm in tms:
+            row = rows.get(tm)
+            eps.append(("=" if tm in plan.calibrated_for else "") + (_eps(row.epsilon) if row else "-"))
+        first = next(iter(rows.values()))
+        label = plan.label + (" [per example]" if first.unit == "example" else "")
+        lines.append(f"   {label:<58} {_acc(plan):>20} " + " ".join(f"{e:>12}" for e in eps)
+                     + f" {plan.runs[0].message_bytes:>10,}")
+        if trust:
+            lines.append(f"   {'':<4}trust: {first.trust}")
+    return "\n".join(lines)
+
+
 def format_table(result: CompareResult, *, trust: bool = False) -> str:
     """Every federation's table, then the configuration line a rerun needs."""
     cfg = result.config
     parts = [format_federation(f, trust=trust) for f in result.federations]
+    parts += [format_summary(f, trust=False) for f in result.federations]
     parts.append(
         f"target epsilon {cfg.epsilon:g} for every mechanism and observer (relation: one client's update replaced by "
         f"zero; joint noise: one example's gradient); accuracy is mean +- sd over {cfg.runs} runs (seed {cfg.seed}; "
