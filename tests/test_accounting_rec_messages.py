@@ -376,35 +376,50 @@ def test_central_epsilon_is_the_smallest_fixed_point(relation, bits):
     def used(eps):
         return 2 * max(_balle_delta(f, a, eps), _balle_delta(rv, a, eps)) + (1 + math.exp(eps)) * eta
 
-    assert 0.1 * MNIST["delta"] < (1 + math.exp(r.epsilon)) * eta < MNIST["delta"]  # not negligible here
-    assert used(r.epsilon) <= MNIST["delta"] * (1 + 1e-9)
-    assert used(r.epsilon * (1 - 1e-6)) > MNIST["delta"]  # a slightly smaller eps violates it
-    # dprec_delta is its inverse, (1 + e^eps) eta included.
-    d, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, epsilon=r.epsilon)
-    assert d == pytest.approx(MNIST["delta"], rel=1e-6)
-    # More than the Gaussian variant (by more than rounding); fewer bits cost more; the cost is per group:
-    # the same bits per group in two groups doubles eta.
+    # The total-variation route's epsilon, solved here by bisection on its delta budget.
+    grid = np.linspace(0.0, 50.0, 5001)  # the budget first falls with eps (RDP), then rises ((1 + e^eps) eta)
+    first = next(i for i, e in enumerate(grid) if used(e) <= MNIST["delta"])
+    lo, hi = grid[first - 1], grid[first]
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if used(mid) <= MNIST["delta"] else (mid, hi)
+    tv = hi
+    assert 0.1 * MNIST["delta"] < (1 + math.exp(tv)) * eta < MNIST["delta"]  # not negligible here
+    # The central result is the better of that route and the message observer's bound (post-processing).
+    messages = dprec_epsilon(**dict(kw, threat_model="messages"))
+    assert r.epsilon == pytest.approx(min(tv, messages.epsilon), rel=1e-6)
+    assert r.threat_model == "central"
+    if tv < messages.epsilon:
+        assert r.overhead == pytest.approx(eta, rel=1e-12)
+        # dprec_delta is its inverse, (1 + e^eps) eta included.
+        d, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, epsilon=r.epsilon)
+        assert d == pytest.approx(MNIST["delta"], rel=1e-6)
+    else:
+        assert r.overhead == 0.0 and "post-processing" in r.composition
+    # Never more than either route; more than the Gaussian variant (by more than rounding).
     gauss = dprec_epsilon(**dict(kw, bits=None))
-    assert gauss.epsilon * (1 + 1e-3) < r.epsilon < dprec_epsilon(**dict(kw, bits=bits - 1)).epsilon
-    two = dprec_epsilon(**dict(kw, bits=2 * bits, groups=2))
-    assert two.overhead == pytest.approx(2 * eta, rel=1e-12) and two.epsilon > r.epsilon
-    # Without groups the split is unknown: the worst one (every bit its own group, K = 2) cannot pay REC's cost.
-    with pytest.raises(ValueError, match=rf"bits={bits}"):
-        dprec_epsilon(**dict(kw, groups=None))
+    assert gauss.epsilon * (1 + 1e-3) < r.epsilon <= messages.epsilon
+    # Without groups the split is unknown: the worst one (every bit its own group, K = 2) cannot pay REC's cost,
+    # so the central guarantee is the message observer's bound at K = 2.
+    worst = dprec_epsilon(**dict(kw, groups=None))
+    assert worst.epsilon == dprec_epsilon(**dict(kw, groups=None, threat_model="messages")).epsilon
 
 
 def test_central_errors_name_bits():
     # 2 eta >= delta: 20 bits in one group at MNIST (eta = 0.15), the paper's 6 x 7 bits per group (eta = 7.6e4),
     # 25 bits (eta = 4.8e-3), and 26 bits without groups (the worst split: 26 one-bit groups).
+    # REC's cost cannot be paid, so the central guarantee is the message observer's bound (post-processing).
     for bits, groups in ((20, 1), (42, 6), (25, 1), (26, None)):
         eta = rec_total_variation(10_000, 0.545, bits, groups)
         assert 2 * eta >= MNIST["delta"]
-        with pytest.raises(ValueError, match=rf"bits={bits}"):
-            dprec_epsilon(**MNIST, bits=bits, groups=groups, threat_model="central")
+        central = dprec_epsilon(**MNIST, bits=bits, groups=groups, threat_model="central")
+        messages = dprec_epsilon(**MNIST, bits=bits, groups=groups, threat_model="messages")
+        assert central.epsilon == messages.epsilon < math.inf and central.overhead == 0.0
     # 26 bits in one group: 2 eta < delta, admitted; but (1 + e^eps) eta <= delta has no solution above the Gaussian
-    # variant's epsilon: inf.
+    # variant's epsilon: that route gives nothing, the message bound remains.
     assert 2 * rec_total_variation(10_000, 0.545, 26, 1) < MNIST["delta"]
-    assert dprec_epsilon(**MNIST, bits=26, groups=1, threat_model="central").epsilon == math.inf
+    assert dprec_epsilon(**MNIST, bits=26, groups=1, threat_model="central").epsilon == \
+        dprec_epsilon(**MNIST, bits=26, groups=1, threat_model="messages").epsilon
     with pytest.raises(ValueError, match="groups must be <= bits"):
         dprec_epsilon(**MNIST, bits=5, groups=6, threat_model="central")
 
@@ -441,13 +456,16 @@ def test_central_cost_is_not_capped_at_large_epsilon():
               threat_model="central", relation="zero")
     gauss = dprec_epsilon(**kw, bits=None).epsilon
     assert 2000 < gauss < math.inf
-    assert dprec_epsilon(**kw, bits=1100, groups=1).epsilon == math.inf
+    msg = {b: dprec_epsilon(**dict(kw, threat_model="messages"), bits=b, groups=1).epsilon for b in (1100, 1200)}
+    assert dprec_epsilon(**kw, bits=1100, groups=1).epsilon == msg[1100]  # the total-variation route gives nothing
     # Past about 1100 bits eta underflows a double: it is floored at the smallest positive one (conservative),
     # never 0 (which would drop REC's cost and give the Gaussian variant's epsilon).
     assert rec_total_variation(400_000, 1.745, 1200, 1) == math.ulp(0.0)
-    assert dprec_epsilon(**kw, bits=1200, groups=1).epsilon == math.inf
+    assert dprec_epsilon(**kw, bits=1200, groups=1).epsilon == msg[1200] > gauss
     d, _ = dprec_delta(**{k: v for k, v in kw.items() if k != "delta"}, bits=1100, groups=1, epsilon=800.0)
-    assert d == 1.0
+    d_msg, _ = dprec_delta(**{k: v for k, v in dict(kw, threat_model="messages").items() if k != "delta"},
+                           bits=1100, groups=1, epsilon=800.0)
+    assert d == d_msg
 
 
 # ---------------------------------------------------------------------------------------
@@ -528,11 +546,12 @@ def test_bits_without_groups_are_accounted_as_one_bit_groups(tm):
 
 def test_central_bits_without_groups_pay_every_bit_as_a_group():
     # eta = messages * bits * 12 exp(c^2) / 2 >= 6 for any run: the worst split never pays out of delta < 1.
+    # dprec_epsilon then falls back on the message observer's bound (which holds centrally by post-processing).
     for bits in (28, 64, 1100):
-        with pytest.raises(ValueError, match=rf"bits={bits}"):
-            dprec_epsilon(**MNIST, bits=bits, threat_model="central")
-        with pytest.raises(ValueError, match=rf"bits={bits}"):
-            dprec_epsilon(**MNIST, bits=bits, groups=bits, threat_model="central")
+        for groups in (None, bits):
+            assert 2 * rec_total_variation(10_000, 0.545, bits, groups) >= MNIST["delta"]
+            assert dprec_epsilon(**MNIST, bits=bits, groups=groups, threat_model="central").epsilon == \
+                dprec_epsilon(**MNIST, bits=bits, groups=groups, threat_model="messages").epsilon
     # One group of 1100 bits is admitted (eta about 1e-326 is floored at the smallest double).
     assert math.isfinite(dprec_epsilon(**MNIST, bits=1100, groups=1, threat_model="central").epsilon)
     # The Accountant's REC cost: groups = bits.
@@ -540,9 +559,9 @@ def test_central_bits_without_groups_pay_every_bit_as_a_group():
         ev = DPRECEvent(clip_multiplier=0.545, sampling_rate=0.01, bits=40, groups=groups, num_clients=100)
         acc = Accountant(threat_model="central", relation="zero").compose(ev, count=10_000)
         assert acc.rec_total_variation == pytest.approx(rec_total_variation(10_000, 0.545, 40, g), rel=1e-9)
-    with pytest.raises(ValueError, match=r"bits=40"):
-        DPRECRoundAccountant(bits=40, rounds=1, clients_per_round=10, num_clients=100, clip_multiplier=0.545,
-                             delta=MNIST["delta"], threat_model="central")
+    rkw = dict(bits=40, rounds=1, clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=MNIST["delta"])
+    central = DPRECRoundAccountant(**rkw, threat_model="central").step()
+    assert central.epsilon == DPRECRoundAccountant(**rkw, threat_model="messages").step().epsilon
 
 
 def test_reviewers_example_64_one_bit_groups_are_not_one_64_bit_group():

@@ -426,9 +426,12 @@ def test_dprec_epsilon_error_explains_total_bits():
         for tm in ("server", "messages"):
             few, many = (dprec_epsilon(**kw, bits=b, groups=1, threat_model=tm) for b in (7, 64))
             assert math.isfinite(few.epsilon) and few.epsilon > many.epsilon and few.overhead == 0.0
-    # Sound, central: REC's total-variation cost 12 * 10^4 * e^0.297 / 2^7 is far above delta / 2.
-    with pytest.raises(ValueError, match=r"bits=7 .*too few for a central guarantee"):
-        dprec_epsilon(**kw, bits=7, groups=1, threat_model="central")
+    # Sound, central: REC's total-variation cost 12 * 10^4 * e^0.297 / 2^7 is far above delta / 2, so the
+    # central guarantee is the message observer's bound (it holds centrally by post-processing), no error.
+    central = dprec_epsilon(**kw, bits=7, groups=1, threat_model="central")
+    messages = dprec_epsilon(**kw, bits=7, groups=1, threat_model="messages")
+    assert central.threat_model == "central" and central.epsilon == messages.epsilon
+    assert central.epsilons == messages.epsilons and "post-processing" in central.composition
 
 
 def test_planned_rounds_are_checked_up_front():
@@ -450,27 +453,29 @@ def test_planned_rounds_are_checked_up_front():
             DPRECRoundAccountant(bits=28, groups=4, rounds=50, threat_model=tm, **RULE).step(rounds=50)
     # Without a plan the constructor cannot know.
     DPRECRoundAccountant(bits=28, method="paper", **RULE)
-    # Sound, central: REC's total-variation cost per group, eta = 500 * 4 * 12 e / 2^(bits / 4), must stay
-    # below delta / 2: 7 bits per group are far too few, 33 (eta = 7.6e-6) too, 34 (eta = 3.8e-6) do. The
-    # cost is per group: the same 132 bits as one group are plenty.
+    # Sound, central: REC's total-variation cost per group, eta = 500 * 4 * 12 e / 2^(bits / 4), would have
+    # to stay below delta / 2 (7 bits per group are far too few, 33 too, 34 do). Where it cannot be paid, the
+    # central guarantee is the message observer's bound, which holds centrally by post-processing: no error.
+    def run(bits, groups, tm="central"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return DPRECRoundAccountant(bits=bits, groups=groups, rounds=50, threat_model=tm, **RULE).step(rounds=50)
+
     for bits in (28, 132):
-        with pytest.raises(ValueError, match=rf"bits={bits} .*too few for a central guarantee"):
-            DPRECRoundAccountant(bits=bits, groups=4, rounds=50, threat_model="central", **RULE)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        central = DPRECRoundAccountant(bits=136, groups=4, rounds=50, threat_model="central", **RULE).step(rounds=50)
-        one = DPRECRoundAccountant(bits=132, groups=1, rounds=50, threat_model="central", **RULE).step(rounds=50)
+        central, messages = run(bits, 4), run(bits, 4, "messages")
+        assert central.epsilon == messages.epsilon < math.inf and central.threat_model == "central"
+    central, one = run(136, 4), run(132, 1)
     eta = 500 * 4 * 12 * math.e / 2**34
-    assert central.overhead == pytest.approx(eta, rel=1e-12)
     assert one.overhead == pytest.approx(500 * 12 * math.e / 2**132, rel=1e-12)
-    # Admitted, but (1 + e^eps) eta <= delta needs eps < log(delta / eta - 1) = 0.49, below the Gaussian
-    # variant's epsilon: no epsilon at all.
+    # At 136 bits the cost is admitted, but (1 + e^eps) eta <= delta needs eps < log(delta / eta - 1) = 0.49,
+    # below the Gaussian variant's epsilon: that route gives nothing, the message observer's bound applies.
     gauss = DPRECRoundAccountant(bits=None, threat_model="central", **RULE).step(rounds=50)
-    assert central.epsilon == math.inf and gauss.epsilon > math.log(1e-5 / eta - 1)
+    assert gauss.epsilon > math.log(1e-5 / eta - 1)
+    assert central.epsilon == run(136, 4, "messages").epsilon and central.overhead == 0.0
     assert gauss.epsilon <= one.epsilon < gauss.epsilon * (1 + 1e-6)  # eta = 1e-36: nothing to pay
-    roomy = DPRECRoundAccountant(bits=192, groups=4, rounds=50, threat_model="central", **RULE).step(rounds=50)
-    assert gauss.epsilon < roomy.epsilon < math.inf
-    DPRECRoundAccountant(bits=28, groups=4, threat_model="central", **RULE)
+    assert one.epsilon < run(132, 1, "messages").epsilon  # paying eta beats the message bound here
+    roomy = run(192, 4)
+    assert gauss.epsilon < roomy.epsilon <= run(192, 4, "messages").epsilon
 
 
 def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
@@ -492,18 +497,21 @@ def test_steps_warn_when_crossing_ten_percent_and_refuse_to_reach_delta():
     assert acc.rounds == 114 and acc.accounting is before and acc.messages == 1140
 
 
-def test_central_steps_refuse_when_rec_total_variation_reaches_half_delta():
+def test_central_steps_fall_back_on_the_message_bound_when_rec_total_variation_reaches_half_delta():
     # Sound, central, bits = 32: REC's eta per 10-client round is 12 * 10 * e / 2^32 = 7.6e-8; 65 rounds
-    # give 2 eta = 9.87e-6 < delta, the 66th would reach 1.0025e-5: refused, nothing composed. No warning.
+    # give 2 eta = 9.87e-6 < delta, the 66th would reach 1.0025e-5: from there the central guarantee is the
+    # message observer's bound (post-processing), composed like any other round. No warning, no error.
     acc = DPRECRoundAccountant(bits=32, groups=1, threat_model="central", **RULE)
+    msg = DPRECRoundAccountant(bits=32, groups=1, threat_model="messages", **RULE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = acc.step(rounds=65)
-    assert out.overhead == pytest.approx(650 * 12 * math.e / 2**32, rel=1e-12)
-    before = acc.accounting
-    with pytest.raises(ValueError, match=r"bits=32 .*too few for a central guarantee"):
-        acc.step()
-    assert acc.rounds == 65 and acc.accounting is before and acc.messages == 650
+        after = acc.step()
+    m65, m66 = msg.step(rounds=65), msg.step()
+    assert out.epsilon <= m65.epsilon
+    if out.overhead > 0.0:  # the total-variation route won at 65 rounds
+        assert out.overhead == pytest.approx(650 * 12 * math.e / 2**32, rel=1e-12)
+    assert after.epsilon == m66.epsilon and after.overhead == 0.0 and acc.rounds == 66 and acc.messages == 660
     # The server's guarantee depends on the bits only through the smallest group's K = 2^(bits // groups);
     # no overhead, no refusal.
     server = [DPRECRoundAccountant(bits=b, groups=1, **RULE).step(rounds=200) for b in (8, 32)]

@@ -61,9 +61,9 @@ def test_lower_bound_below_claim(mechanism, threat_model, relation, kw):
     if math.isfinite(r.epsilon_accounted):
         assert r.epsilon_lower <= r.epsilon_accounted, r.summary()
     if mechanism == "dprec":
-        # REC's messages as sent are bounded against the server and a message observer at 7 bits; a
-        # central observer would pay REC's total-variation cost, which 7 bits cannot.
-        assert math.isfinite(r.epsilon_accounted) == (threat_model != "central"), r.summary()
+        # REC's messages as sent are bounded against the server and a message observer at 7 bits; a central
+        # observer cannot be charged REC's total-variation cost at 7 bits, so the message bound holds there.
+        assert math.isfinite(r.epsilon_accounted), r.summary()
     assert r.consistent and r.broken is None
     assert 0.0 <= r.fpr <= r.fpr_upper <= 1.0 and 0.0 <= r.fnr <= r.fnr_upper <= 1.0
 
@@ -85,14 +85,13 @@ def test_dprec_accounting_reports_the_overhead():
     assert "as sent" in r.accounted_note and "bits=None" in r.accounted_note
     json.dumps(r.to_dict())
     assert r.params["candidates"] == 128 and r.params["dim"] == 16
-    # Against a central observer: REC's total-variation cost 12 e^{c^2} / 2^7 per message exceeds delta,
-    # so the accounted epsilon is inf, and the claim compared is the Gaussian variant's.
+    # Against a central observer: REC's total-variation cost 12 e^{c^2} / 2^7 per message exceeds delta, so the
+    # accounted epsilon is the message observer's bound (post-processing); the claim is the Gaussian variant's.
     r = audit("dprec", threat_model="central", trials=400, seed=1, progress=False)
-    assert r.epsilon_accounted == float("inf") and 0 < r.epsilon_claimed < 10
-    assert "total-variation" in r.accounted_note
-    d = r.to_dict()
-    assert d["epsilon_accounted"] == "inf"
-    json.dumps(d)
+    m = audit("dprec", threat_model="messages", trials=400, seed=1, progress=False)
+    assert r.epsilon_accounted == m.epsilon_accounted < float("inf") and 0 < r.epsilon_claimed < 10
+    assert "post-processing" in r.accounted_note
+    json.dumps(r.to_dict())
 
 
 def test_lower_bound_statistics():

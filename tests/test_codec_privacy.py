@@ -188,13 +188,14 @@ def test_codec_epsilon_few_bits_are_fine_against_the_server_and_messages():
 
 def test_codec_epsilon_central_names_bits_when_the_total_variation_cost_reaches_delta():
     # Central: eta = 1000 messages x 4 groups x 12 e^0.49 / 2^7 = 612 >> delta.
+    # That cannot be paid: the central guarantee is the message observer's bound (post-processing), no error.
     codec = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=7)
-    with pytest.raises(ValueError, match=r"bits=28 .*4 group\(s\).*central") as err:
-        codec.epsilon(FOUR, **RUN, threat_model="central")
-    assert "total-variation" in str(err.value) and "threat_model='server'" in str(err.value)
-    with pytest.raises(ValueError, match=r"bits=28"):
-        codec.accountant(FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100,
-                         threat_model="central")
+    central = codec.epsilon(FOUR, **RUN, threat_model="central")
+    messages = codec.epsilon(FOUR, **RUN, threat_model="messages")
+    assert central.epsilon == messages.epsilon and central.overhead == 0.0 and central.threat_model == "central"
+    acc = codec.accountant(FOUR, num_clients=1000, clients_per_round=10, delta=1e-5, rounds=100,
+                           threat_model="central")
+    assert acc.threat_model == "central"
     # A short run with 24 bits per group: eta = 50 x 4 x 12 e^0.49 / 2^24 = 2.3e-4 < delta / 2.
     short = dict(RUN, rounds=5, delta=1e-2)
     ok = DPRECCodec(sigma=0.1, clip_multiplier=0.7, bits=24).epsilon(FOUR, **short, threat_model="central")
@@ -311,11 +312,11 @@ def test_codec_accounting_states_the_threat_model_and_passes_it_down():
     assert default.epsilon == default.epsilons["zero"] and math.isfinite(default.epsilon)
     assert math.isinf(default.epsilons["add_remove"]) and default.reasons["add_remove"]
     assert default.guarantee.threat_model == "server" and "'server'" in default.summary()
-    # A central observer pays REC's total-variation cost: 16 bits per group cannot pay it over this
-    # run (ValueError naming bits); 24 bits per group over 10 rounds can.
+    # A central observer: REC's total-variation cost, which 16 bits per group cannot pay over this run (the
+    # message observer's bound then holds, by post-processing); 24 bits per group over 10 rounds can.
     codec24, short = DPRECCodec(sigma=0.01, clip_multiplier=0.545, bits=24), dict(run, rounds=10)
-    with pytest.raises(ValueError, match=r"bits=64 .*central"):
-        codec.epsilon(FOUR, **run, threat_model="central")
+    assert codec.epsilon(FOUR, **run, threat_model="central").epsilon == \
+        codec.epsilon(FOUR, **run, threat_model="messages").epsilon
     for tm, c, r, b in (("server", codec, run, bits), ("messages", codec, run, bits), ("central", codec24, short, 96)):
         for rel in ("zero", "add_remove"):
             got = c.epsilon(FOUR, **r, threat_model=tm, relation=rel)

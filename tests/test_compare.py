@@ -58,13 +58,17 @@ def test_synthetic_federation_trains_with_processes(synthetic_result: CompareRes
     assert "DP-REC, paper's Alg. 7" in format_table(synthetic_result)
 
 
-def test_fedavg_is_paired_and_reproducible() -> None:
-    # FedAvg uses no private randomness: the same seed and run give the same model, another run another.
-    cfg = CompareConfig(federations=("digits",), mechanisms=("fedavg",), runs=2, rounds=4, workers=1)
-    a, b = run_compare(cfg), run_compare(cfg)
-    ra, rb = a.federations[0].plans[0].runs, b.federations[0].plans[0].runs
-    assert ra[0].accuracy == rb[0].accuracy and ra[1].accuracy == rb[1].accuracy
-    assert ra[0].accuracy != ra[1].accuracy
+def test_sampling_is_secret_and_paired() -> None:
+    # The client sampling (which amplification relies on) is drawn from a per-run secret: FedAvg (no private
+    # randomness) reproduces exactly given the secret, and two comparisons with the same seed draw differently.
+    from dprec.compare import runner  # noqa: PLC0415
+
+    cfg = CompareConfig(federations=("digits",), mechanisms=("fedavg",), runs=1, rounds=4, workers=1)
+    a, b = (runner.train(cfg, "digits", "fedavg", {}, 0, secret=12345) for _ in range(2))
+    c = runner.train(cfg, "digits", "fedavg", {}, 0, secret=54321)
+    assert a.accuracy == b.accuracy and a.accuracy != c.accuracy
+    first, second = (run_compare(cfg).federations[0].plans[0].runs[0] for _ in range(2))
+    assert first.accuracy != second.accuracy
 
 
 def _independent_epsilon(fed, plan, tm: str) -> float:
@@ -97,7 +101,7 @@ def _independent_epsilon(fed, plan, tm: str) -> float:
         sketch = (1, math.ceil(fed.dim / 4)) if key.endswith("sketch") else None
         pipe = cls(fed.dim, clip=1.0, bits=18, num_clients=b, seed=0, noise_stddev=p["noise_stddev"], delta=delta,
                    steps=t, sampling_rate=q, sketch=sketch)
-        return pipe.epsilon(threat_model=tm, relation="zero")
+        return pipe.epsilon(threat_model=tm, relation="zero")  # central amplified; messages/server: participation
     if key == "qmgeo":
         a = np.asarray(DEFAULT_ORDERS, dtype=float)
         per_message = qmgeo_rdp(a, 2, 1.0, dim=fed.dim, inputs=[-1.0, 1.0], w_max=p["ratio"])
@@ -146,9 +150,14 @@ def test_rows_state_whom_they_protect_against(digits_result: CompareResult) -> N
     for tm in ("messages", "server"):
         r = rows[(tm, "dp-fedavg")]
         assert math.isinf(r.epsilon) and not r.calibrated and r.reason
-    # DP-REC's messages as sent (7 bits per tensor) cannot pay REC's total-variation cost centrally.
+    # DP-REC's messages as sent (7 bits per tensor) cannot pay REC's total-variation cost centrally, so its central
+    # guarantee is the message observer's bound (post-processing): one calibration for all three observers.
     central = rows[("central", "dp-rec")]
-    assert math.isinf(central.epsilon) and "total-variation" in central.reason
+    assert central.calibrated and central.epsilon == rows[("messages", "dp-rec")].epsilon
+    # DDG against the central observer is amplified by the hidden sample; against the server it is not.
+    plans = digits_result.federations[0].plans
+    assert plans[rows[("central", "ddg")].plan].params["noise_stddev"] < \
+        plans[rows[("server", "ddg")].plan].params["noise_stddev"]
     assert rows[("server", "dp-rec")].calibrated and rows[("server", "dp-rec")].local_epsilon > 0
     for tm in ("central", "messages", "server"):
         assert rows[(tm, "joint-noise")].unit == "example"
@@ -156,7 +165,6 @@ def test_rows_state_whom_they_protect_against(digits_result: CompareResult) -> N
         paper = rows[(tm, "dp-rec-paper")]
         assert paper.reproduction and not paper.calibrated and "Algorithm 7" in (paper.note or "")
     # The paper's accounting allows a much larger c than the sound bound against the server.
-    plans = digits_result.federations[0].plans
     assert plans[rows[("server", "dp-rec-paper")].plan].params["c"] > plans[rows[("server", "dp-rec-wr")].plan].params["c"]
 
 
@@ -260,16 +268,30 @@ def test_calibrate_plans_dedupes_identical_parameters() -> None:
     fed = runner._cached_federation("digits", 100, cfg.alpha, cfg.seed)
     setting = runner._setting(cfg, "digits", fed)
     plans, where, why = calibrate_plans(setting, ("skellam", "dp-fedavg"), ("central", "messages", "server"))
-    assert len(plans) == 2
-    assert plans[0].calibrated_for == ["central", "messages", "server"]
-    assert plans[1].calibrated_for == ["central"] and where[("dp-fedavg", "server")] is None
+    assert len(plans) == 3
+    assert plans[0].params["noise_stddev"] < plans[1].params["noise_stddev"]
+    # Skellam: the central observer is amplified (the sample hidden); messages and server share one calibration.
+    assert plans[0].calibrated_for == ["central"] and plans[1].calibrated_for == ["messages", "server"]
+    assert plans[2].calibrated_for == ["central"] and where[("dp-fedavg", "server")] is None
     assert "server" in why[("dp-fedavg", "server")] or "aggregation" in why[("dp-fedavg", "server")]
+
+
+def test_unreachable_target_skips_training_instead_of_crashing() -> None:
+    # Nothing reaches epsilon 1e-3 in 3 rounds of DDG at these bits, and DP-REC has no c for 1e5: reported, not run.
+    res = run_compare(CompareConfig(federations=("digits",), mechanisms=("fedavg", "ddg", "dp-rec"), epsilon=1e-3,
+                                    runs=1, rounds=3, workers=1))
+    fed = res.federations[0]
+    trained = {p.mechanism for p in fed.plans if p.runs}
+    assert "fedavg" in trained
+    for row in fed.rows:
+        if row.mechanism != "fedavg" and not row.calibrated:
+            assert row.reason
 
 
 def test_sampled_gaussian_calibrate_is_tight_and_safe() -> None:
     from dprec.accounting import sampled_gaussian_calibrate, sampled_gaussian_epsilon  # noqa: PLC0415
 
-    for conversion in ("rdp-balle", "auto"):
+    for conversion in ("rdp-mironov", "rdp-balle", "auto"):
         z = sampled_gaussian_calibrate(3.0, 0.05, 200, 1e-5, conversion=conversion, rtol=1e-3)
         eps = sampled_gaussian_epsilon(z, 0.05, 200, 1e-5, conversion=conversion).epsilon
         assert 3.0 * 0.999 <= eps <= 3.0

@@ -134,7 +134,7 @@ def test_calibration_hits_the_target_with_the_gamma_used(cls):
     fn = acct.ddg_epsilon if cls is secagg.DDGPipeline else acct.skellam_epsilon
     again = fn(l2_sensitivity=acct.rounded_l2_sensitivity(0.5, pipe.padded_dim, pipe.granularity, math.exp(-0.5)),
                noise_stddev=pipe.noise_stddev, num_clients=200, dim=pipe.padded_dim, delta=1e-6, steps=10,
-               sampling_rate=0.1, granularity=pipe.granularity)[0]
+               sampling_rate=0.1, granularity=pipe.granularity, threat_model="server")[0]
     assert again == pytest.approx(eps, rel=1e-12)
     # The scale is the one the noise implies (fixed point of the calibration).
     assert pipe.stddevs_of_headroom * pipe.aggregate_stddev() == pytest.approx(2.0**15, rel=1e-6)
@@ -145,15 +145,25 @@ def test_privacy_event_composes_to_the_same_epsilon(cls):
     from dprec.accounting import DISCRETE_DEFAULT_ORDERS, Accountant
 
     pipe = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20,
-               sampling_rate=0.2)
+               sampling_rate=0.2, threat_model="central")
+    # Without a threat model the Accountant composes the event's own curve: the central (amplified) one.
     acc = Accountant(orders=DISCRETE_DEFAULT_ORDERS).compose(pipe.privacy_event(), count=20)
     assert acc.get_epsilon(1e-6, method="mironov") == pytest.approx(pipe.epsilon(), rel=1e-9)
+    # Against the server the Accountant composes the participation mixture, as the pipeline does.
+    event = pipe.privacy_event()
+    a = DISCRETE_DEFAULT_ORDERS
+    curves = event.curves(a, "server", "zero")
+    full = (acct.ddg_rdp if cls is secagg.DDGPipeline else acct.skellam_rdp)(a, **{**event.params, "sampling_rate": 1.0})
+    mixture = np.logaddexp(math.log1p(-0.2), math.log(0.2) + (a - 1.0) * full) / (a - 1.0)
+    assert np.allclose(curves[0], mixture, rtol=1e-12) and np.array_equal(curves[0], curves[1])
+    server = acct.rdp_to_epsilon(a, 20 * mixture, 1e-6, method="mironov")[0]
+    assert server == pytest.approx(pipe.epsilon(threat_model="server"), rel=1e-9) and server > pipe.epsilon()
 
 
 @pytest.mark.parametrize("cls", [secagg.DDGPipeline, secagg.SkellamPipeline], ids=["ddg", "skellam"])
 def test_epsilon_states_the_threat_model(cls):
-    # Secure aggregation reveals only the modular sum: the same guarantee against every observer under
-    # zero-out; add/remove has none (removing a client removes its share of the noise).
+    # Secure aggregation reveals only the modular sum: a guarantee against every observer under zero-out;
+    # add/remove has none (removing a client removes its share of the noise).
     pipe = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20,
                sampling_rate=0.2)
     g = pipe.guarantee()
@@ -162,8 +172,12 @@ def test_epsilon_states_the_threat_model(cls):
     assert g.epsilons["add_remove"] == math.inf and "share of the noise" in g.reasons["add_remove"]
     assert "zero" not in g.reasons and "rdp-mironov" in g.conversion
     assert math.isfinite(pipe.epsilon()) and pipe.epsilon() <= 4.0 * (1 + 1e-9)
+    # With client sampling only the central observer (the sample hidden) is amplified; the server sees who sent
+    # a masked message and a message observer how many: the participation mixture, the same number for both.
+    assert pipe.epsilon(threat_model="messages") == pipe.epsilon() > pipe.epsilon(threat_model="central")
+    full = cls(3000, clip=0.5, bits=18, num_clients=100, seed=1, target_epsilon=4.0, delta=1e-6, steps=20)
+    assert len({full.epsilon(threat_model=tm) for tm in ("central", "messages", "server")}) == 1
     for tm in ("central", "messages", "server"):
-        assert pipe.epsilon(threat_model=tm, relation="zero") == pipe.epsilon()
         assert pipe.epsilon(threat_model=tm, relation="add_remove") == math.inf
         for rel in ("add_remove", "zero"):
             assert pipe.guarantee(threat_model=tm, relation=rel).threat_model == tm

@@ -343,6 +343,7 @@ def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str,
     from .accounting import dprec_rec  # noqa: PLC0415
 
     threat = dict(threat_model=threat_model, relation=relation)
+    composition = [""]
 
     def account(bits: Optional[int]) -> float:
         # Every audited message is one group of ``total_bits`` bits (K = 2^bits): groups=1.
@@ -353,6 +354,7 @@ def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str,
             kw = dict(clip_multiplier=c, delta=delta, bits=bits, rounds=1, clients_per_round=clients,
                       num_clients=clients, sampling="without_replacement", groups=None if bits is None else 1)
             r = dprec_rec.dprec_epsilon(**kw, **threat)
+        composition[0] = str(r.composition)
         return float(r.epsilon)
 
     claimed = account(None)
@@ -367,7 +369,10 @@ def _accounted_dprec(c: float, delta: float, total_bits: int, threat_model: str,
         note = (f"DP-REC accounting of {what}: inf, REC's total-variation cost for a central observer "
                 f"eta = 12 rho / 2^b = {eta:.3g} at b = {total_bits} bits is >= delta / 2; {reference}")
     else:
-        if threat_model == "central":
+        if threat_model == "central" and "post-processing" in composition[0]:
+            how = (f"REC's messages as sent ({total_bits} bits): the message observer's bound, which holds against "
+                   "the central observer by post-processing (REC's total-variation cost cannot be paid here)")
+        elif threat_model == "central":
             how = f"the Gaussian curves plus REC's total-variation cost at {total_bits} bits"
         else:
             how = f"REC's messages as sent ({total_bits} bits, K = 2^{total_bits} candidates, seed and index visible)"

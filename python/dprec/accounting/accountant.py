@@ -719,13 +719,20 @@ class _KeywordRdpEvent(PrivacyEvent):
 
 class _SharedNoiseEvent(_KeywordRdpEvent):
     """Distributed noise under secure aggregation: every observer (``"central"``, ``"messages"``,
-    ``"server"``) sees only the modular sum, so the curve holds for all three threat models under
-    ``relation="zero"``; ``"add_remove"`` has no bound (removing a client removes its noise share)."""
+    ``"server"``) sees only the modular sum, so a curve holds for all three threat models under
+    ``relation="zero"``; ``"add_remove"`` has no bound (removing a client removes its noise share).
+    With ``sampling_rate < 1`` only ``"central"`` is amplified: the server sees who sent a masked
+    message, so ``"messages"`` and ``"server"`` get the participation mixture of the unsampled round."""
 
     def curves(self, orders: np.ndarray, threat_model: str, relation: str) -> "tuple[np.ndarray, np.ndarray] | str":
         if relation == "add_remove":
             return NOISE_SHARE_REASON
-        return super().curves(orders, threat_model, relation)
+        from .discrete import _observed_rdp  # noqa: PLC0415
+
+        # The client sample is hidden only from the central observer (see discrete._observed_rdp).
+        curve = np.asarray(_observed_rdp(self._fn(), np.asarray(orders, dtype=np.float64), threat_model,
+                                         dict(self.params)), dtype=np.float64)
+        return curve, curve
 
 
 class DDGEvent(_SharedNoiseEvent):

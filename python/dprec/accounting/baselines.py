@@ -59,6 +59,8 @@ __all__ = [
 #: ``conversion=`` choices of the baseline functions.
 CONVERSIONS = ("auto", "pld", "rdp-balle", "rdp-mironov")
 _PLD_DISCRETIZATION = 1e-4
+#: Below this noise multiplier dp_accounting's PLD grid grows to gigabytes: calibration refuses it (use RDP).
+_PLD_MIN_NOISE = 0.2
 
 
 def pld_available() -> bool:
@@ -301,23 +303,30 @@ def sampled_gaussian_calibrate(
     def reported(z: float, how: str = conversion) -> float:
         return float(sampled_gaussian_epsilon(z, sample_rate, steps, delta, conversion=how, **kw).epsilon)
 
-    uses_pld = _resolved_conversion(conversion) == "pld"
+    resolved = _resolved_conversion(conversion)
+    uses_pld = resolved == "pld"
+    # Bracket with an RDP conversion: the requested one, or for PLD the improved one (never below the PLD).
+    bracket = "rdp-balle" if uses_pld else resolved
 
     lo, hi = 1e-3, 1e4
-    if reported(hi) > eps_target:
+    if reported(hi, bracket) > eps_target:
         raise ValueError(f"target_epsilon={eps_target:g} is too small to calibrate (z > 1e4)")
-    if reported(lo, "rdp-balle") <= eps_target:
+    if reported(lo, bracket) <= eps_target:
         raise ValueError(f"target_epsilon={eps_target:g} is too large to calibrate (z < 1e-3)")
-    # Bracket with the cheap RDP conversion: at its root the reported epsilon is <= the target.
     for _ in range(200):
         mid = math.sqrt(lo * hi)
-        if reported(mid, "rdp-balle") <= eps_target:
+        if reported(mid, bracket) <= eps_target:
             hi = mid
         else:
             lo = mid
         if hi / lo < 1.0 + 1e-6:
             break
     ok = hi
+    if uses_pld and ok < _PLD_MIN_NOISE:
+        raise ValueError(
+            f"target_epsilon={eps_target:g} needs a noise multiplier below {_PLD_MIN_NOISE:g}, where dp_accounting's "
+            "PLD grid needs gigabytes; use conversion='rdp-balle' (or a smaller target_epsilon)"
+        )
     if uses_pld:
         # Search on a 10x coarser PLD grid (ten times faster; pessimistic, so never below the reported
         # epsilon), then confirm on the reported one, which is then at most the target.
@@ -328,11 +337,19 @@ def sampled_gaussian_calibrate(
     ok = _shrink_to_target(search, eps_target, ok, rtol)
     if uses_pld and reported(ok) < eps_target * (1.0 - rtol):
         ok = _shrink_to_target(reported, eps_target, ok, rtol)
-    return ok
+    for _ in range(10_000):  # never above the target (a guard: the searches above already ensure it)
+        if reported(ok) <= eps_target:
+            return ok
+        ok *= 1.0 + rtol
+    raise ValueError(f"target_epsilon={eps_target:g}: calibration did not converge")  # pragma: no cover
 
 
 def _shrink_to_target(f: Callable[[float], float], target: float, ok: float, rtol: float) -> float:
     """Bisect below ``ok`` (where ``f(ok) <= target``, ``f`` decreasing) for ``target (1 - rtol) <= f <= target``."""
+    while f(ok) > target:  # widen upwards if the starting point is on the wrong side
+        ok *= 2.0
+        if ok > 1e6:
+            raise ValueError(f"no noise multiplier up to 1e6 reaches target_epsilon={target:g}")
     bad = 0.5 * ok
     while f(bad) <= target:
         ok, bad = bad, 0.5 * bad

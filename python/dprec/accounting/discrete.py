@@ -69,7 +69,7 @@ from ._checks import (
 )
 from ._subsampling import poisson_subsampled_rdp
 from .guarantee import NOISE_SHARE_REASON, PrivacyGuarantee, check_relation, check_threat_model
-from .rdp import rdp_to_epsilon
+from .rdp import participation_rdp, rdp_to_epsilon
 
 __all__ = [
     "DISCRETE_DEFAULT_ORDERS",
@@ -167,8 +167,27 @@ def _composed_epsilon(
     alphas = DISCRETE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
     delta = check_delta(delta)
     steps = check_count(steps, "steps")
-    rdp = mechanism_rdp(alphas, **mechanism)
+    threat_model = mechanism.pop("threat_model", "central")
+    rdp = _observed_rdp(mechanism_rdp, alphas, threat_model, mechanism)
     return rdp_to_epsilon(alphas, steps * rdp, delta, method=method)
+
+
+def _observed_rdp(mechanism_rdp: Callable[..., np.ndarray], alphas: np.ndarray, threat_model: str,
+                  params: dict) -> np.ndarray:
+    """One round's RDP against ``threat_model``.
+
+    ``"central"`` (the observer sees the released sum only, the client sample hidden): Poisson
+    amplification at ``sampling_rate`` inside ``mechanism_rdp``. ``"messages"`` and ``"server"``:
+    every client that takes part sends a (masked) message, so the server sees who took part and a
+    message observer sees how many; the sample is not hidden, and the round is the participation
+    mixture of the unsampled mechanism (:func:`dprec.accounting.rdp.participation_rdp`).
+    """
+    q = params.get("sampling_rate", 1.0)
+    if threat_model == "central" or q == 1.0:
+        return mechanism_rdp(alphas, **params)
+    check_probability(q, "sampling_rate")
+    full = mechanism_rdp(alphas, **{**params, "sampling_rate": 1.0})
+    return participation_rdp(q, full, alphas)
 
 
 def _noise_for_epsilon(
@@ -356,7 +375,7 @@ def ddg_epsilon(
     :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017, Prop. 3 by default). ``orders``
     defaults to the integers 2..256.
     """
-    check_threat_model(threat_model)
+    tm = check_threat_model(threat_model)
     if check_relation(relation) == "add_remove":
         return math.inf, math.nan  # NOISE_SHARE_REASON: see ddg_guarantee / skellam_guarantee
     return _composed_epsilon(
@@ -365,6 +384,7 @@ def ddg_epsilon(
         delta,
         steps,
         method,
+        threat_model=tm,
         l2_sensitivity=l2_sensitivity,
         noise_stddev=noise_stddev,
         num_clients=num_clients,
@@ -388,6 +408,7 @@ def ddg_noise_for_epsilon(
     l1_sensitivity: Optional[float] = None,
     orders: Any = None,
     method: str = "mironov",
+    threat_model: str = "central",
 ) -> float:
     """Smallest per-client ``noise_stddev`` (original units) with :func:`ddg_epsilon` <= target.
 
@@ -409,6 +430,7 @@ def ddg_noise_for_epsilon(
         l1_sensitivity=l1_sensitivity,
         orders=orders,
         method=method,
+        threat_model=threat_model,
     )
 
 
@@ -505,7 +527,7 @@ def skellam_epsilon(
     composed additively, converted by :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017,
     Prop. 3 by default). ``orders`` defaults to the integers 2..256.
     """
-    check_threat_model(threat_model)
+    tm = check_threat_model(threat_model)
     if check_relation(relation) == "add_remove":
         return math.inf, math.nan  # NOISE_SHARE_REASON: see ddg_guarantee / skellam_guarantee
     return _composed_epsilon(
@@ -514,6 +536,7 @@ def skellam_epsilon(
         delta,
         steps,
         method,
+        threat_model=tm,
         l2_sensitivity=l2_sensitivity,
         noise_stddev=noise_stddev,
         num_clients=num_clients,
@@ -537,6 +560,7 @@ def skellam_noise_for_epsilon(
     l1_sensitivity: Optional[float] = None,
     orders: Any = None,
     method: str = "mironov",
+    threat_model: str = "central",
 ) -> float:
     """Smallest per-client Skellam ``noise_stddev`` (original units) with epsilon <= target.
 
@@ -555,6 +579,7 @@ def skellam_noise_for_epsilon(
         l1_sensitivity=l1_sensitivity,
         orders=orders,
         method=method,
+        threat_model=threat_model,
     )
 
 
@@ -570,12 +595,15 @@ def _secagg_guarantee(
     alphas = DISCRETE_DEFAULT_ORDERS.copy() if orders is None else check_orders(orders)
     delta = check_delta(delta)
     t = check_count(steps, "steps")
-    curve = t * rdp_fn(alphas, **params)
+    curve = t * _observed_rdp(rdp_fn, alphas, tm, dict(params))
     q = params.get("sampling_rate", 1.0)
+    sampling = None
+    if q < 1.0:
+        sampling = "poisson (hidden from the observer)" if tm == "central" else (
+            "poisson, participation seen (a client's masked message shows it took part: no amplification)")
     return _rdp_guarantee(
         mechanism, lambda r: NOISE_SHARE_REASON if r == "add_remove" else curve, alphas, delta, threat_model=tm,
-        relation=rel, conversion=conv,
-        sampling="poisson" if q < 1.0 else None,
+        relation=rel, conversion=conv, sampling=sampling,
         composition=f"{t} compositions (RDP) of the modular sum under secure aggregation",
     )
 
@@ -590,9 +618,12 @@ def ddg_guarantee(
     conversion: str = "rdp-balle",
     **params: Any,
 ) -> PrivacyGuarantee:
-    """:func:`ddg_epsilon` as a PrivacyGuarantee: the same finite curve for all three threat models
-    (secure aggregation: only the modular sum is seen) under ``relation="zero"``; ``"add_remove"`` is
-    ``inf`` with the reason (removing a client removes its noise share). ``params`` are those of
+    """:func:`ddg_epsilon` as a PrivacyGuarantee, finite under ``relation="zero"`` for every threat model
+    (secure aggregation: only the modular sum is seen); ``"add_remove"`` is ``inf`` with the reason
+    (removing a client removes its noise share). With ``sampling_rate < 1`` only ``"central"`` gets
+    Poisson amplification: a participating client's masked message shows the server that it took part
+    (and a message observer how many did), so ``"messages"`` and ``"server"`` compose the participation
+    mixture of the unsampled round (:func:`dprec.accounting.rdp.participation_rdp`). ``params`` are those of
     :func:`ddg_rdp` (``l2_sensitivity``, ``noise_stddev``, ``num_clients``, ``dim``, ...);
     ``conversion`` ``"rdp-balle"`` (default), ``"rdp-mironov"`` or ``"auto"`` (= ``"rdp-balle"``)."""
     return _secagg_guarantee("ddg", ddg_rdp, delta=delta, steps=steps, orders=orders, threat_model=threat_model,

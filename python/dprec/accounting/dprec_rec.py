@@ -58,9 +58,12 @@ What is accounted depends on ``bits``:
     :func:`rec_message_log_moments` (Harris' inequality with the mean's exact moments, ``K`` the
     smallest group's ``2^(bits // groups)``), inside ``ATTRIBUTED``'s mixture. No Theorem 1
     overhead, no bit-width rule. ``"add_remove"``: ``inf``.
-  - ``"central"``: the Gaussian curves above plus REC's total-variation distance to the Gaussian
-    mechanism, ``eta = messages * groups * 12 exp(c^2) / 2^(bits // groups)``
-    (:func:`rec_total_variation`), paid in both neighbouring runs: ``(1 + e^eps) eta`` of delta.
+  - ``"central"``: the better of two routes, per relation. (1) The Gaussian curves above plus REC's
+    total-variation distance to the Gaussian mechanism, ``eta = messages * groups * 12 exp(c^2) /
+    2^(bits // groups)`` (:func:`rec_total_variation`), paid in both neighbouring runs:
+    ``(1 + e^eps) eta`` of delta (unavailable once ``2 eta >= delta``). (2) The ``"messages"`` bound
+    on REC's messages as sent: the central observer sees only models computed from the messages,
+    so it holds there by post-processing. A few bits per group cannot pay (1); (2) always applies.
 
 * Conversion: each direction's composed curve by the improved RDP conversion (Balle et al. 2020)
   at half the delta left, ``eps`` the larger (both tails; conservative).
@@ -1368,7 +1371,8 @@ def dprec_epsilon(
     rounds (Poisson, without replacement), converted with both tails: ``eps = max`` over
     directions of the improved (Balle et al. 2020) RDP conversion at ``delta / 2`` (for
     ``"central"`` with ``bits``: at ``(delta - (1 + e^eps) eta) / 2``, ``eta`` REC's total-variation
-    cost, :func:`rec_total_variation`). Where no bound is proved (``"server"`` with ``"add_remove"``,
+    cost, :func:`rec_total_variation`, or the ``"messages"`` bound where that is smaller or ``eta``
+    too large: it holds centrally by post-processing). Where no bound is proved (``"server"`` with ``"add_remove"``,
     or add/remove against a message observer under Poisson / without-replacement sampling) the
     epsilon is ``inf`` and ``reasons`` says why. The result carries both relations
     (``epsilons``) and the local guarantee (``local``).
@@ -1427,8 +1431,8 @@ def dprec_epsilon(
         For invalid parameters (named; ``threat_model``/``relation``/``method`` with the valid
         choices), ``method="paper"`` with another sampling or with a threat model (naming
         ``method``), ``clients_per_round > num_clients`` outside ``"with_replacement"``, and when
-        the bits are too few for the guarantee (``method="paper"``: ``delta <= 12 rho / 2^b``;
-        ``"central"``: ``delta <= 2 eta``), naming ``bits``.
+        the bits are too few for the guarantee (``method="paper"``: ``delta <= 12 rho / 2^b``),
+        naming ``bits``.
     """
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     method, tm, rel = _resolve(method, threat_model, relation, sampling)
@@ -1448,10 +1452,43 @@ def dprec_epsilon(
             sampling=sampling, rounds=t, local=local,
         )
     assert tm is not None and rel is not None
-    curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, tm, rec=_rec_candidates(bits, groups))
-    return _finish_sound(
-        curves, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
-        sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=local, groups=groups,
+
+    def route(observer: str) -> DPRECAccounting:
+        curves, steps, q = _sound_central(c, t, b, n, alphas, sampling, observer, rec=_rec_candidates(bits, groups))
+        return _finish_sound(
+            curves, alphas, c=c, delta=delta, bits=bits, messages=t * b, steps=steps, q=q, reverse=reverse,
+            sampling=sampling, rounds=t, threat_model=observer, relation=rel, local=local, groups=groups,
+        )
+
+    if tm != "central" or bits is None:
+        return route(tm)
+    return _central_rec(route, 2.0 * rec_total_variation(t * b, c, bits, groups) < delta)
+
+
+def _central_rec(route: Any, payable: bool) -> DPRECAccounting:
+    """REC's messages as sent against the central observer: the better of two sound routes, per relation.
+
+    (1) The Gaussian curves plus REC's total-variation cost paid out of delta (``route("central")``;
+    only when ``payable``: twice the cost below delta). (2) The bound on the messages
+    themselves against a message observer (``route("messages")``): the central observer sees only
+    models computed from the messages, so by post-processing that bound holds against it too.
+    """
+    via_messages = route("messages")
+    via_tv = route("central") if payable else None  # unpayable: 2 eta >= delta (route("central") would raise)
+    epsilons = {}
+    reasons = {}
+    for rel in RELATIONS:
+        a = via_messages.epsilons.get(rel, math.inf)
+        b_ = via_tv.epsilons.get(rel, math.inf) if via_tv is not None else math.inf
+        epsilons[rel] = min(a, b_)
+        if math.isinf(epsilons[rel]):
+            reasons[rel] = via_messages.reasons.get(rel) or (via_tv.reasons.get(rel, "") if via_tv else "")
+    if via_tv is not None and via_tv.epsilon <= via_messages.epsilon:
+        return _replace(via_tv, epsilons=epsilons, reasons=reasons)
+    return _replace(
+        via_messages, threat_model="central", epsilons=epsilons, reasons=reasons,
+        composition=via_messages.composition + "; the message observer's bound, which holds against the central "
+        "observer by post-processing (it beats paying REC's total-variation cost out of delta here)",
     )
 
 
@@ -1575,16 +1612,22 @@ def dprec_delta(
         delta = math.exp(min(0.0, float(log_delta[best]))) + _overhead_or_zero(t * b, c, bits)
         return min(1.0, delta), float(alphas[best])
     assert tm is not None and rel is not None
-    curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, tm, relations=(rel,), rec=_rec_candidates(bits, groups))
-    entry = curves[rel]
-    if isinstance(entry, str):
-        return 1.0, math.nan
-    d_f, o_f = rdp_to_delta(alphas, entry[0], eps, method="balle")
-    d_r, o_r = rdp_to_delta(alphas, entry[1], eps, method="balle")
-    d_half, order = (d_f, o_f) if d_f >= d_r else (d_r, o_r)
-    eta = rec_total_variation(t * b, c, bits, groups) if bits is not None and tm == "central" else 0.0
-    delta = 2.0 * d_half + _rec_tv_cost(eps, eta)
-    return min(1.0, delta), order
+
+    def route(observer: str) -> tuple[float, float]:
+        curves, _, _ = _sound_central(c, t, b, n, alphas, sampling, observer, relations=(rel,),
+                                      rec=_rec_candidates(bits, groups))
+        entry = curves[rel]
+        if isinstance(entry, str):
+            return 1.0, math.nan
+        d_f, o_f = rdp_to_delta(alphas, entry[0], eps, method="balle")
+        d_r, o_r = rdp_to_delta(alphas, entry[1], eps, method="balle")
+        d_half, order = (d_f, o_f) if d_f >= d_r else (d_r, o_r)
+        eta = rec_total_variation(t * b, c, bits, groups) if bits is not None and observer == "central" else 0.0
+        return min(1.0, 2.0 * d_half + _rec_tv_cost(eps, eta)), order
+
+    if tm == "central" and bits is not None:  # the better of the two central routes (see _central_rec)
+        return min(route("central"), route("messages"), key=lambda pair: pair[0])
+    return route(tm)
 
 
 def dprec_calibrate(
@@ -1653,12 +1696,17 @@ def dprec_calibrate(
             sampling=sampling, rounds=t, threat_model=tm, relation=rel, local=None, groups=groups,  # type: ignore[arg-type]
         )
 
+    if method == "sound" and bits is not None and tm == "central":
+        # The better of the two central routes (see _central_rec): increasing in c, always finite.
+        def account(c: float) -> DPRECAccounting:  # noqa: F811 - the central route replaces the plain one
+            return dprec_epsilon(
+                rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=bits,
+                reverse=reverse, orders=alphas, sampling=sampling, threat_model=tm, relation=rel, groups=groups,
+            )
+
     def excess(c: float) -> float:
         if method == "paper" and _overhead_or_zero(messages, c, bits) >= delta:
             return math.inf
-        if method == "sound" and bits is not None and tm == "central":
-            if 2.0 * rec_total_variation(messages, c, bits, groups) >= delta:
-                return math.inf
         return account(c).epsilon - eps_target
 
     lo = 1e-6
@@ -1696,9 +1744,9 @@ def dprec_calibrate(
     # brentq may land a rounding error above the root; step down so the calibrated c never exceeds the target.
     for _ in range(64):
         if excess(c) <= 0.0:
-            break
+            return c
         c = max(lo, c * (1.0 - 4.0 * rtol))
-    return c
+    return lo  # excess(lo) < 0 holds by the bracket
 
 
 # --------------------------------------------------------------------------------------
@@ -1721,8 +1769,9 @@ class DPRECRoundAccountant:
     there is no sampled-Gaussian amplification against the server.
     Checks the bits up front for a planned ``rounds`` and before every :meth:`step` composes:
     ``method="paper"`` applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`),
-    ``"central"`` refuses once REC's total-variation cost reaches half of delta; the server and
-    message observers need no check::
+    ``"central"`` with ``bits`` takes the better of two routes (the Gaussian curves plus REC's
+    total-variation cost, or the message observer's bound, which holds centrally by
+    post-processing), so it needs no check either; nor do the server and message observers::
 
         acc = codec.accountant(template, num_clients=100, clients_per_round=10, delta=1e-5,
                                sampling="without_replacement", rounds=500)
@@ -1828,13 +1877,7 @@ class DPRECRoundAccountant:
         if self._method == "sound" and self._threat_model != "central":
             return  # the server and message observers' curves bound REC's messages themselves: no overhead
         if self._method == "sound":
-            if self._bits is not None and 2.0 * rec_total_variation(messages, self._c, self._bits, self._groups) >= self._delta:
-                raise ValueError(
-                    f"bits={self._bits} (total bits of one message) is too few for a central guarantee at "
-                    f"delta={self._delta:g} over {messages} messages: REC's total-variation cost reaches delta / 2; "
-                    "use more bits per group, or threat_model='server'/'messages'"
-                )
-            return
+            return  # "central" with bits falls back on the message observer's bound when REC's cost is too high
         overhead = _enforce_bit_rule(
             messages=messages, clip_multiplier=self._c, delta=self._delta, bits=self._bits, groups=self._groups,
             warn=not self._warned, stacklevel=stacklevel,
@@ -1870,8 +1913,8 @@ class DPRECRoundAccountant:
         ------
         ValueError
             For invalid parameters, or when these rounds would bring the bits' cost to delta
-            (``method="paper"``: the overhead ``12 rho / 2^b``; ``"central"``: twice REC's
-            total-variation cost), naming ``bits``; then nothing is composed. With
+            (``method="paper"``: the overhead ``12 rho / 2^b``), naming ``bits``; then nothing is
+            composed. With
             ``method="paper"`` it warns :class:`DPRECPrivacyWarning` when the overhead first
             exceeds 10% of delta.
         """
@@ -1895,11 +1938,15 @@ class DPRECRoundAccountant:
         if key not in self._curves:
             key_rate = key if isinstance(key, float) else _round_unit(self._sampling, b, self._n)[0]
             if self._method == "sound":
+                # "central" with bits also keeps the message observer's curves (see _central_rec).
+                observers = [self._threat_model]
+                if self._threat_model == "central" and self._bits is not None:
+                    observers.append("messages")
                 self._curves[key] = {
-                    rel: _sound_curves(self._c, key_rate, self._alphas, threat_model=self._threat_model,
-                                       relation=rel, sampling=self._sampling, n=self._n,
-                                       rec=_rec_candidates(self._bits, self._groups))
-                    for rel in RELATIONS
+                    (tm, rel): _sound_curves(self._c, key_rate, self._alphas, threat_model=tm,
+                                             relation=rel, sampling=self._sampling, n=self._n,
+                                             rec=_rec_candidates(self._bits, self._groups))
+                    for tm in observers for rel in RELATIONS
                 }
             elif isinstance(key, float):
                 self._curves[key] = _rate_curves(self._c, key, self._alphas, self._reverse, self._sampling)
@@ -1935,22 +1982,33 @@ class DPRECRoundAccountant:
                 steps=steps, q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds, local=local,
             )
         else:
-            curves: dict = {}
-            for rel in RELATIONS:
-                reason = next((self._curves[k][rel] for k in units if isinstance(self._curves[k][rel], str)), None)
-                curves[rel] = reason if reason is not None else self._compose(units, rel)
-            result = _finish_sound(
-                curves, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages, steps=steps,
-                q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
-                threat_model=self._threat_model, relation=self._relation, local=local,  # type: ignore[arg-type]
-                groups=self._groups,
-            )
+
+            def route(observer: str) -> DPRECAccounting:
+                curves: dict = {}
+                for rel in RELATIONS:
+                    entry = [self._curves[k][(observer, rel)] for k in units]
+                    reason = next((e for e in entry if isinstance(e, str)), None)
+                    curves[rel] = reason if reason is not None else self._compose(units, (observer, rel))
+                return _finish_sound(
+                    curves, self._alphas, c=self._c, delta=self._delta, bits=self._bits, messages=messages,
+                    steps=steps, q=q, reverse=self._reverse, sampling=self._sampling, rounds=total_rounds,
+                    threat_model=observer, relation=self._relation, local=local,  # type: ignore[arg-type]
+                    groups=self._groups,
+                )
+
+            tm = self._threat_model
+            assert tm is not None
+            if tm == "central" and self._bits is not None:
+                payable = 2.0 * rec_total_variation(messages, self._c, self._bits, self._groups) < self._delta
+                result = _central_rec(route, payable)
+            else:
+                result = route(tm)
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
         self._rate_sum = rate_sum
         self._accounting = result
         return result
 
-    def _compose(self, units: dict, relation: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _compose(self, units: dict, relation: Any) -> tuple[np.ndarray, np.ndarray]:
         forward = np.zeros(self._alphas.shape)
         rev = np.zeros(self._alphas.shape)
         for k in sorted(units):

@@ -47,6 +47,7 @@ from .rdp import rdp_to_epsilon, sampled_gaussian_rdp
 
 __all__ = [
     "JOINT_NOISE_DEFAULT_ORDERS",
+    "LOCAL_STEPS_CAVEAT",
     "client_sigma_for_total",
     "joint_noise_calibrate",
     "joint_noise_epsilon",
@@ -202,11 +203,25 @@ def joint_noise_guarantee(
     """
     s = check_count(local_steps, "local_steps")
     t = check_count(rounds, "rounds")
-    return gaussian_guarantee(
+    result = gaussian_guarantee(
         noise_multiplier, delta, sample_rate=sampling_rate, steps=s * t, threat_model=threat_model,
         relation=relation, secure_aggregation=True, noise="clients", conversion=conversion, orders=orders,
         mechanism="joint-noise",
     )
+    if s > 1:
+        import dataclasses  # noqa: PLC0415
+
+        result = dataclasses.replace(result, caveat=LOCAL_STEPS_CAVEAT)
+    return result
+
+
+#: Why more than one local step per round rests on the paper's argument, not on a proof dprec checks.
+LOCAL_STEPS_CAVEAT = (
+    "local_steps > 1 follows Heikkila et al.'s sum-dominated argument (Theorem 4.7), which treats each client's "
+    "local iterate as given; but that iterate is private, masked only by the client's own noise share, and one "
+    "example moves every later gradient of its client. With local_steps = 1 (every step at the released model) "
+    "the bound is the sampled Gaussian's, proved"
+)
 
 
 def joint_noise_calibrate(

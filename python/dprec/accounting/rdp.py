@@ -450,3 +450,23 @@ def rdp_to_delta(orders: Any, rdp: Any, epsilon: float, *, method: str = "mirono
     log_delta = np.where(np.isinf(values), 0.0, log_delta)
     best = int(np.argmin(log_delta))
     return float(min(1.0, math.exp(min(0.0, log_delta[best])))), float(alphas[best])
+
+
+def participation_rdp(sampling_rate: float, rdp: Any, orders: Any) -> np.ndarray:
+    """RDP of a round in which the target takes part with probability ``q`` and the observer sees whether.
+
+    ``log(1 - q + q exp((a - 1) rdp(a))) / (a - 1)``: the outputs with and without the target's
+    participation are told apart (the observer knows who sent a message), so the round is a mixture
+    with a visible component, and this is its Renyi divergence exactly when ``rdp`` is that of a
+    participation (both directions, if ``rdp`` bounds both). No amplification by a hidden sample.
+    """
+    q = float(sampling_rate)
+    a = np.asarray(orders, dtype=np.float64)
+    x = (a - 1.0) * np.asarray(rdp, dtype=np.float64)
+    if q == 1.0:
+        return np.asarray(rdp, dtype=np.float64).copy()
+    with np.errstate(over="ignore"):
+        out = np.where(x <= 700.0, np.log1p(q * np.expm1(np.minimum(x, 700.0))),
+                       np.logaddexp(math.log1p(-q), math.log(q) + x))
+    return out / (a - 1.0)
+

@@ -102,7 +102,7 @@ class RoundOutput:
     messages: int  # messages sent (including noise-only top-ups)
     bytes_sent: int  # their total bytes
     message_bytes: int  # bytes of one client message
-    clipped: int = 0  # client updates whose norm exceeded the clip
+    clipped: Optional[int] = 0  # client updates whose norm exceeded the clip (None: not counted)
 
 
 @dataclass
@@ -221,8 +221,11 @@ class DPFedAvg(Mechanism):
             raise NoGuarantee(self.guarantee(setting, {"z": 1.0}, threat_model).reason or "")
         from ..accounting import sampled_gaussian_calibrate  # noqa: PLC0415
 
-        z = sampled_gaussian_calibrate(setting.target_epsilon, setting.sampling_rate, setting.rounds, setting.delta,
-                                       threat_model="central", relation=RELATION, rtol=1e-3)
+        try:
+            z = sampled_gaussian_calibrate(setting.target_epsilon, setting.sampling_rate, setting.rounds,
+                                           setting.delta, threat_model="central", relation=RELATION, rtol=1e-3)
+        except ValueError as exc:
+            raise NoGuarantee(str(exc)) from None
         return {"z": z}
 
     def guarantee(self, setting: Setting, params: dict[str, float], threat_model: str) -> Row:
@@ -269,7 +272,10 @@ class DPREC(Mechanism):
             self.label = f"DP-REC ({tag}, {bits} bits/tensor)"
 
     def _groups(self, setting: Setting) -> int:
-        return len(setting.shapes)
+        # The codec's own layout: a tensor split into several groups counts each.
+        from ..codec import DPRECCodec  # noqa: PLC0415
+
+        return DPRECCodec(sigma=1.0, bits=max(self.bits, 1)).layout(setting.template).num_groups
 
     def _accounting(self, setting: Setting, c: float, threat_model: Optional[str], method: str = "sound") -> Any:
         from ..accounting import dprec_epsilon  # noqa: PLC0415
@@ -399,18 +405,23 @@ class LocalGaussian(DPREC):
 class SecAggNoise(Mechanism):
     """DDG or Skellam through :mod:`dprec.secagg`'s pipeline; exactly ``B`` noise shares per round.
 
-    The pipeline is calibrated for ``num_clients = B`` noise shares. In a round with ``k`` Poisson-drawn
+    The pipeline is calibrated for ``num_clients = B`` noise shares, against each observer: for
+    ``"central"`` with Poisson amplification (the sample hidden; the server divides by ``B``, not by
+    the drawn count, so the released model reveals only the sum), for ``"messages"`` and
+    ``"server"`` with the participation mixture of the unsampled round (a masked message still shows
+    the server who took part). In a round with ``k`` Poisson-drawn
     participants, the first ``min(k, B)`` in a random order add their share (``pipeline.encode``); the
     others send their rounded vector without noise; when ``k < B``, ``B - k`` idle clients chosen at
     random send a share on a zero update. The total noise is then always ``B`` shares, whoever is
     drawn, so under the zero-out relation the round is the Poisson-sampled mechanism the accountant
     composes. The server sees only the modular sum (the secure-aggregation simulator)."""
 
-    trust = "the secure-aggregation protocol (no collusion that unmasks messages) and clients adding their shares"
+    trust = ("the secure-aggregation protocol (no collusion that unmasks messages), and whoever assigns the B noise "
+             "shares (clients told they are beyond B add none)")
 
     def __init__(self, kind: str, sketch: bool, bits: int = DEFAULT_SECAGG_BITS) -> None:
         self.kind, self.sketch, self.bits = kind, sketch, bits
-        self._calibrated: dict[Setting, dict[str, float]] = {}
+        self._calibrated: dict[tuple[Setting, str], dict[str, float]] = {}
         name = "DDG" if kind == "ddg" else "Skellam"
         self.key = f"{kind}{'-sketch' if sketch else ''}"
         self.label = f"{name} + SecAgg{' + count-sketch' if sketch else ''} ({bits}-bit)"
@@ -427,15 +438,19 @@ class SecAggNoise(Mechanism):
                    sketch=self._sketch_shape(setting), **kw)
 
     def calibrate(self, setting: Setting, threat_model: str) -> dict[str, float]:
-        # One curve for every observer (only the modular sum is seen): calibrate once per setting.
-        if setting not in self._calibrated:
-            pipe = self._pipeline(setting, 0, target_epsilon=setting.target_epsilon)
-            self._calibrated[setting] = {"noise_stddev": pipe.noise_stddev}
-        return dict(self._calibrated[setting])
+        # "messages" and "server" share one curve (participation seen); "central" is amplified (sample hidden).
+        key = (setting, "central" if threat_model == "central" else "seen")
+        if key not in self._calibrated:
+            try:
+                pipe = self._pipeline(setting, 0, target_epsilon=setting.target_epsilon, threat_model=threat_model)
+            except ValueError as exc:
+                raise NoGuarantee(str(exc)) from None
+            self._calibrated[key] = {"noise_stddev": pipe.noise_stddev}
+        return dict(self._calibrated[key])
 
     def guarantee(self, setting: Setting, params: dict[str, float], threat_model: str) -> Row:
         pipe = self._pipeline(setting, 0, noise_stddev=params["noise_stddev"])
-        g = pipe.guarantee(threat_model=threat_model, relation=RELATION)
+        g = pipe.guarantee(threat_model=threat_model, relation=RELATION)  # rdp-mironov, as the calibration
         return Row(float(g.epsilon), None if g.finite else g.reasons.get(RELATION), conversion=g.conversion,
                    note="no local guarantee: a message alone is masked, its noise share alone is small")
 
@@ -469,7 +484,9 @@ class SecAggNoise(Mechanism):
         total = pipe.aggregate(np.stack(words))
         if not clients:  # only noise: nothing to learn, the round is spent all the same
             return RoundOutput(None, len(words), nb * len(words), nb)
-        mean = np.asarray(pipe.decode(total, num_clients=len(clients)))
+        # Divided by the expected count B, not the drawn k: the released model is then a function of the sum
+        # alone, so the central observer's amplification (the sample hidden) is not undone by revealing k.
+        mean = np.asarray(pipe.decode(total, num_clients=b))
         return RoundOutput(unflatten(mean, w), len(words), nb * len(words), nb, clipped)
 
 
@@ -493,15 +510,13 @@ class QMGeo(Mechanism):
     levels = 2
 
     def _epsilon(self, setting: Setting, ratio: float) -> tuple[float, float]:
-        from ..accounting.dprec_rec import _log_mix_rdp  # noqa: PLC0415 - the attributed Poisson mixture
-        from ..accounting.qmgeo import qmgeo_rdp  # noqa: PLC0415
-        from ..accounting.rdp import DEFAULT_ORDERS, rdp_to_epsilon  # noqa: PLC0415
+        from ..accounting import qmgeo_guarantee  # noqa: PLC0415
 
-        alphas = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
-        per_message = qmgeo_rdp(alphas, self.levels, 1.0, dim=setting.dim, inputs=[-1.0, 1.0], w_max=ratio)
-        per_round = _log_mix_rdp(setting.sampling_rate, (alphas - 1.0) * per_message, alphas)
-        eps, _ = rdp_to_epsilon(alphas, setting.rounds * per_round, setting.delta, method="balle")
-        local, _ = rdp_to_epsilon(alphas, per_message, setting.delta, method="balle")
+        # The codec's scale is s: inputs +-s and levels +-ratio*s; the divergence depends on the ratio only.
+        kw = dict(dim=setting.dim, inputs=[-1.0, 1.0], w_max=ratio)
+        eps = qmgeo_guarantee(self.levels, 1.0, setting.delta, rounds=setting.rounds,
+                              participation_rate=setting.sampling_rate, **kw).epsilon
+        local = qmgeo_guarantee(self.levels, 1.0, setting.delta, rounds=1, **kw).epsilon
         return float(eps), float(local)
 
     def calibrate(self, setting: Setting, threat_model: str) -> dict[str, float]:
@@ -543,11 +558,14 @@ class QMGeo(Mechanism):
 class JointNoise(Mechanism):
     """Heikkila et al.'s joint-noise DP-SGD: per-example clipping, local steps, noise shares through SecAgg.
 
-    Every participant runs local DP-SGD (Poisson rate ``q_e = min(1, batch / median client size)``
-    per step, ``S = epochs / q_e`` steps, each example's gradient clipped to ``C``), adding a noise
-    share of standard deviation ``sigma_total C / sqrt(B)`` per step; as for DDG, exactly ``B``
+    Every participant runs one DP-SGD step per round at the global model (Poisson rate
+    ``q_e = min(1, batch / median client size)``, each example's gradient clipped to ``C``), adding a
+    noise share of standard deviation ``sigma_total C / sqrt(B)``. One step, ``S = 1``: with more
+    local steps a client's later steps start from its own noisy iterate, which only its own share
+    masks (so one example can move every later gradient of its client); Heikkila et al.'s
+    sum-dominated argument treats that iterate as public, and dprec does not claim it; as for DDG, exactly ``B``
     shares per round (participants beyond ``B`` add none, idle clients top up with noise-only
-    updates). Accounted by :func:`dprec.accounting.joint_noise_guarantee`: ``S T`` Poisson-sampled
+    updates). Accounted by :func:`dprec.accounting.joint_noise_guarantee`: ``T`` Poisson-sampled
     Gaussian steps at ``sigma_total`` for one EXAMPLE (record-level), the same against every
     observer (secure aggregation), zero-out. The step size is the same for every client (not
     divided by its own batch size), so the shares add up in one Gaussian per step."""
@@ -560,9 +578,10 @@ class JointNoise(Mechanism):
     trust = "the secure-aggregation protocol and clients adding their shares; protects one example, not a client"
 
     def _steps(self, setting: Setting) -> tuple[float, int]:
+        # One local step per round (S = 1): with more, a client's second step starts from a private iterate
+        # masked only by its own noise share, which the sum-dominated argument does not cover (see the class).
         median = float(np.median(setting.client_sizes))
-        q_e = min(1.0, setting.batch_size / median)
-        return q_e, max(1, round(setting.local_epochs / q_e))
+        return min(1.0, setting.batch_size / median), 1
 
     def calibrate(self, setting: Setting, threat_model: str) -> dict[str, float]:
         from ..accounting import joint_noise_guarantee  # noqa: PLC0415
@@ -588,7 +607,7 @@ class JointNoise(Mechanism):
                                   rounds=setting.rounds, threat_model=threat_model, relation=RELATION,
                                   conversion=JOINT_NOISE_CONVERSION)
         return Row(float(g.epsilon), None if g.finite else g.reasons.get(RELATION), conversion=g.conversion,
-                   unit="example")
+                   unit="example", note="protects one example (per-example clipping), not a client's update")
 
     def describe(self, params: dict[str, float]) -> str:
         return f"sigma_total={params['sigma_total']:.4g} (B shares), per-example clip C"
@@ -616,7 +635,7 @@ class JointNoise(Mechanism):
         sent = len(clients) + top_up
         if not clients:
             return RoundOutput(None, sent, nb * sent, nb)
-        return RoundOutput(unflatten(total / len(clients), w), sent, nb * sent, nb)
+        return RoundOutput(unflatten(total / len(clients), w), sent, nb * sent, nb, None)
 
 
 # --------------------------------------------------------------------------- registry

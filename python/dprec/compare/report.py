@@ -65,13 +65,13 @@ def format_federation(fed: FederationResult, *, trust: bool = False) -> str:
         for row in (r for r in fed.rows if r.threat_model == tm):
             plan = fed.plans[row.plan] if row.plan >= 0 else PlanResult(row.mechanism, row.label, {}, "", [])
             mark = ""
-            text = row.reason or row.note
             if row.mechanism != "fedavg" and not row.calibrated:
                 mark = "*"
-            if text:
-                if text not in notes:
-                    notes.append(text)
-                mark += f"[{notes.index(text) + 1}]"
+            for text in (row.reason, row.note):
+                if text:
+                    if text not in notes:
+                        notes.append(text)
+                    mark += f"[{notes.index(text) + 1}]"
             label = row.label + (" [per example]" if row.unit == "example" else "")
             trained = bool(plan.runs)
             size = f"{plan.runs[0].message_bytes:,}" if trained else "-"
@@ -175,7 +175,8 @@ def write_plots(result: CompareResult, prefix: str) -> list[str]:
                     continue
                 rounds, up, mean, sd = _curves(plan)
                 style = dict(color="0.4", ls="--") if reference else dict(color=colors[plan.mechanism])
-                label = f"{plan.label} ({plan.runs[0].message_bytes:,} B/msg)"
+                per_example = " [per example]" if row.unit == "example" else ""
+                label = f"{plan.label}{per_example} ({plan.runs[0].message_bytes:,} B/msg)"
                 # The bytes panel starts at the first evaluation after round 0 (no bytes yet: log scale).
                 for ax, x, sl in ((ax_r, rounds, slice(None)), (ax_b, up, slice(1, None))):
                     ax.plot(x[sl], mean[sl], label=label, lw=1.4, **style)
@@ -210,6 +211,8 @@ def headline(result: CompareResult) -> list[str]:
         base = rows.get(("central", "dp-fedavg"))
         fedavg = rows.get(("server", "fedavg")) or rows.get(("central", "fedavg"))
         if rec is None or base is None or fedavg is None:
+            continue
+        if not (rec.calibrated and math.isfinite(rec.epsilon) and base.calibrated):
             continue
         if min(rec.plan, base.plan, fedavg.plan) < 0:
             continue

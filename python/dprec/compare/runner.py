@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import secrets
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, fields
@@ -142,7 +143,7 @@ class RunResult:
     message_bytes: int
     total_bytes: int
     messages: int
-    clipped_fraction: float
+    clipped_fraction: Optional[float]  # client updates clipped (None: not counted, e.g. per-example clipping)
     wall_s: float
 
 
@@ -341,9 +342,15 @@ def calibrate_plans(setting: Setting, keys: tuple[str, ...], threat_models: tupl
     return plans, where, why
 
 
-def train(cfg: CompareConfig, fed_name: str, mechanism: str, params: dict[str, float], run: int,
+def train(cfg: CompareConfig, fed_name: str, mechanism: str, params: dict[str, float], run: int, secret: int,
           on_round: Optional[Callable[[int], None]] = None) -> RunResult:
-    """One training run of ``mechanism`` at ``params`` on ``fed_name`` (run number ``run``)."""
+    """One training run of ``mechanism`` at ``params`` on ``fed_name`` (run number ``run``).
+
+    ``secret`` seeds the client sampling and the minibatch order: the draws that amplification by
+    sampling relies on must be unpredictable, so :func:`run_compare` takes it from the OS entropy
+    source for every run (shared by the run's mechanisms, so they see the same clients) and stores
+    it nowhere. The split and the initial model follow ``cfg.seed``; private noise is OS entropy.
+    """
     t0 = time.perf_counter()
     n = cfg.federation_value(fed_name, "clients")
     fed = _cached_federation(fed_name, n, cfg.alpha, cfg.seed)
@@ -351,13 +358,14 @@ def train(cfg: CompareConfig, fed_name: str, mechanism: str, params: dict[str, f
     mech: Mechanism = mechanism_registry()[mechanism]
     model = fed.model
     w = model.init_params(np.random.default_rng([cfg.seed, 1, run]))
-    sample_rng = np.random.default_rng([cfg.seed, 2, run])
+    sample_rng = np.random.default_rng([secret, 2])
     ctx = RoundContext(private_rng=np.random.default_rng(), public_rng=np.random.default_rng([cfg.seed, 4, run]),
                        local_lr=cfg.local_lr)
     eval_every = cfg.federation_value(fed_name, "eval_every")
     q, b = setting.sampling_rate, setting.clients_per_round
     eval_rounds, accuracy, uploaded = [0], [model.accuracy(w, fed.x_test, fed.y_test)], [0]
-    total_bytes = messages = clipped = updates = 0
+    total_bytes = messages = updates = 0
+    clipped: Optional[int] = 0
     message_bytes = 0
     for r in range(1, setting.rounds + 1):
         if mech.sampling == "with_replacement":
@@ -368,13 +376,13 @@ def train(cfg: CompareConfig, fed_name: str, mechanism: str, params: dict[str, f
         for j, k in enumerate(drawn):
             idx = fed.clients[int(k)]
             clients.append(Client(int(k), fed.x_train[idx], fed.y_train[idx],
-                                  np.random.default_rng([cfg.seed, 3, run, r, int(k), j])))
+                                  np.random.default_rng([secret, 3, r, int(k), j])))
         out = mech.round(setting, params, model, w, clients, ctx)
         if out.update is not None:
             w = {k: (w[k] + cfg.server_lr * out.update[k]).astype(np.float32) for k in w}
         total_bytes += out.bytes_sent
         messages += out.messages
-        clipped += out.clipped
+        clipped = None if clipped is None or out.clipped is None else clipped + out.clipped
         updates += len(clients)
         message_bytes = out.message_bytes
         if r % eval_every == 0 or r == setting.rounds:
@@ -383,14 +391,15 @@ def train(cfg: CompareConfig, fed_name: str, mechanism: str, params: dict[str, f
             uploaded.append(total_bytes)
         if on_round is not None:
             on_round(r)
-    return RunResult(run, eval_rounds, accuracy, uploaded, message_bytes, total_bytes, messages,
-                     clipped / updates if updates else 0.0, time.perf_counter() - t0)
+    fraction = None if clipped is None else (clipped / updates if updates else 0.0)
+    return RunResult(run, eval_rounds, accuracy, uploaded, message_bytes, total_bytes, messages, fraction,
+                     time.perf_counter() - t0)
 
 
 def _train_task(args: tuple) -> tuple[int, RunResult]:
-    cfg, fed_name, mechanism, params, run, plan_index = args
+    cfg, fed_name, mechanism, params, run, secret, plan_index = args
     _single_thread_kernels()
-    return plan_index, train(cfg, fed_name, mechanism, params, run)
+    return plan_index, train(cfg, fed_name, mechanism, params, run, secret)
 
 
 def _single_thread_kernels() -> None:
@@ -404,7 +413,9 @@ def _rule(cfg: CompareConfig, setting: Setting) -> str:
     return (
         f"every private mechanism clips at C = {cfg.clip:g} (a client's update in L2; joint noise: each example's "
         f"gradient) and gets its noise only from its own accountant at epsilon {cfg.epsilon:g}, delta "
-        f"{setting.delta:.3g} over {setting.rounds} rounds (zero-out relation); every mechanism, FedAvg included, "
+        f"{setting.delta:.3g} over {setting.rounds} rounds (zero-out relation; each accountant's own conversion: "
+        "PLD for DP-FedAvg, Mironov's RDP conversion for DDG/Skellam as their calibration, the improved RDP "
+        "conversion for the others); every mechanism, FedAvg included, "
         f"applies server learning rate {cfg.server_lr:g} to its decoded mean update; local training is the same "
         f"({cfg.local_epochs} epochs of SGD, lr {cfg.local_lr:g}, batch {cfg.batch_size}); nothing is tuned per "
         "mechanism"
@@ -468,9 +479,13 @@ def run_compare(config: CompareConfig, *, progress: Optional[Callable[[int, int,
             setting.dim, 4 * setting.dim, _rule(config, setting), plans, rows,
         ))
         staged.append((fed_name, plans))
+        secrets_of_runs = [secrets.randbits(128) for _ in range(config.runs)]  # OS entropy, never stored
         for p_index, plan in enumerate(plans):
+            if not plan.params and plan.mechanism != "fedavg":
+                continue  # calibrated nowhere (e.g. an epsilon no parameter reaches): nothing to train
             for run in range(config.runs):
-                tasks.append((config, fed_name, plan.mechanism, plan.params, run, (len(results) - 1, p_index)))
+                tasks.append((config, fed_name, plan.mechanism, plan.params, run, secrets_of_runs[run],
+                              (len(results) - 1, p_index)))
     workers = config.workers or os.cpu_count() or 1
     done = 0
     collected: dict[tuple[int, int], list[RunResult]] = {}

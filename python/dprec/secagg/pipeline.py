@@ -136,6 +136,12 @@ class DistributedPipeline:
         standard deviations of head-room (default 1e-6: about 4.9).
     group : int
         Philox group id of the rotation and sketch (e.g. the tensor number), default 0.
+    threat_model : {"server", "messages", "central"}
+        Whom ``target_epsilon`` is calibrated against, and the default of :meth:`epsilon` /
+        :meth:`guarantee` (default ``"server"``). With ``sampling_rate < 1`` only ``"central"`` (the
+        client sample hidden from the observer) gets Poisson amplification: the server sees who sent
+        a masked message, so ``"server"`` and ``"messages"`` compose the participation mixture of the
+        unsampled round (:func:`dprec.accounting.rdp.participation_rdp`), which needs more noise.
 
     Notes
     -----
@@ -176,7 +182,11 @@ class DistributedPipeline:
         beta: float = math.exp(-0.5),
         wrap_probability: float = 1e-6,
         group: int = 0,
+        threat_model: str = "server",
     ) -> None:
+        from ..accounting.guarantee import check_threat_model  # noqa: PLC0415
+
+        self._threat_model = check_threat_model(threat_model)
         self._dim = check_int(dim, "dim", 1, 1 << 34)
         self._clip = check_positive(clip, "clip")
         self._bits = check_int(bits, "bits", 2, 64)
@@ -245,6 +255,7 @@ class DistributedPipeline:
             steps=self._steps,
             sampling_rate=self._sampling_rate,
             granularity=gamma,
+            threat_model=self._threat_model,
         )[0]
 
     def _noise_for(self, target: float, gamma: float) -> float:
@@ -257,6 +268,7 @@ class DistributedPipeline:
             steps=self._steps,
             sampling_rate=self._sampling_rate,
             granularity=gamma,
+            threat_model=self._threat_model,
         )
 
     def _calibrate(self, target: float) -> tuple[float, float]:
@@ -399,36 +411,44 @@ class DistributedPipeline:
             raise ValueError("epsilon needs delta (pass delta here or to the pipeline)")
         return d
 
+    @property
+    def threat_model(self) -> str:
+        """Whom the calibration (``target_epsilon``) targets; the default of :meth:`epsilon` and :meth:`guarantee`."""
+        return self._threat_model
+
     def epsilon(
-        self, delta: Optional[float] = None, *, threat_model: str = "server", relation: str = "zero"
+        self, delta: Optional[float] = None, *, threat_model: Optional[str] = None, relation: str = "zero"
     ) -> float:
         """The accounted epsilon at ``delta`` (default: the pipeline's delta) against ``threat_model``.
 
         Secure aggregation reveals only the modular sum of the clients' noisy vectors, to every
-        observer: the guarantee is the same finite number for ``threat_model`` ``"server"`` (the
-        default, because it holds against the server that runs the aggregation), ``"messages"``
-        and ``"central"``, for ``relation="zero"`` (the default: one client's update replaced by a
-        zero update, every client still adding its noise share). ``relation="add_remove"`` gives
+        observer, so the guarantee is finite for ``relation="zero"`` (the default: one client's
+        update replaced by a zero update, every client still adding its noise share) against every
+        ``threat_model`` (default: the pipeline's, :attr:`threat_model`). Without client sampling the
+        number is the same for all three; with ``sampling_rate < 1`` only ``"central"`` is amplified
+        (the server sees who sent a masked message: ``"server"`` and ``"messages"`` get the
+        participation mixture of the unsampled round). ``relation="add_remove"`` gives
         ``inf``: removing a client also removes its share of the noise (see :meth:`guarantee`'s
         ``reasons``). Both are validated (ValueError naming the argument and the valid choices).
         """
         from ..accounting.guarantee import check_relation, check_threat_model  # noqa: PLC0415
 
-        check_threat_model(threat_model)
+        tm = self._threat_model if threat_model is None else check_threat_model(threat_model)
         if check_relation(relation) == "add_remove":
             return math.inf
         d = self._guarantee_delta(delta)
-        saved, self._delta = self._delta, d
+        saved, saved_tm = self._delta, self._threat_model
+        self._delta, self._threat_model = d, tm
         try:
             return self._accounted_epsilon(self._sigma, self._gamma)
         finally:
-            self._delta = saved
+            self._delta, self._threat_model = saved, saved_tm
 
     def guarantee(
         self,
         delta: Optional[float] = None,
         *,
-        threat_model: str = "server",
+        threat_model: Optional[str] = None,
         relation: str = "zero",
         conversion: str = "rdp-mironov",
     ) -> Any:
@@ -445,7 +465,7 @@ class DistributedPipeline:
         d = self._guarantee_delta(delta)
         fn = _acct.ddg_guarantee if self.mechanism == "ddg" else _acct.skellam_guarantee
         return fn(
-            delta=d, steps=self._steps, threat_model=threat_model, relation=relation, conversion=conversion,
+            delta=d, steps=self._steps, threat_model=self._threat_model if threat_model is None else threat_model, relation=relation, conversion=conversion,
             l2_sensitivity=self.l2_sensitivity, noise_stddev=self._sigma, num_clients=self._n, dim=self.padded_dim,
             granularity=self._gamma, sampling_rate=self._sampling_rate,
         )
