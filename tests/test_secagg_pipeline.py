@@ -298,3 +298,23 @@ def test_building_blocks_need_no_scipy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["uint32", "pipelines", "need", "scipy"]
+
+
+def test_sampled_rounds_need_the_fixed_share_count():
+    # With client sampling, the sum is decoded by the pipeline's num_clients (a drawn count would reveal who took
+    # part); a drawn client beyond the share holders sends its rounded vector without a share.
+    pipe = secagg.DDGPipeline(64, clip=1.0, bits=18, num_clients=4, seed=3, noise_stddev=0.5, delta=1e-5,
+                              sampling_rate=0.1)
+    x = np.full(64, 0.05)
+    total = pipe.aggregate(np.stack([pipe.encode(x) for _ in range(4)]))
+    with pytest.raises(ValueError, match="num_clients=5"):
+        pipe.decode(total, num_clients=5)
+    assert pipe.decode(total, num_clients=4).shape == (64,)
+    # add_noise=False: the same rounding, no share, so the lifted word is the rounded vector itself.
+    quiet = secagg.centered_lift(pipe.encode(x, add_noise=False), 18, scale=1.0, dtype=np.float64)
+    assert np.max(np.abs(quiet - pipe.prepare(x))) <= 1.0 + 1e-9
+    noisy = secagg.centered_lift(pipe.encode(x), 18, scale=1.0, dtype=np.float64)
+    assert np.std(noisy - pipe.prepare(x)) > 10 * np.std(quiet - pipe.prepare(x))
+    # Without sampling any count may be used (e.g. a dropout-robust decode).
+    full = secagg.DDGPipeline(64, clip=1.0, bits=18, num_clients=4, seed=3, noise_stddev=0.5)
+    assert full.decode(total, num_clients=5).shape == (64,)

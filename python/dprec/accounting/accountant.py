@@ -739,8 +739,9 @@ class DDGEvent(_SharedNoiseEvent):
     """One round of the distributed discrete Gaussian: ``DDGEvent(l2_sensitivity=..., ...)``.
 
     Under secure aggregation every observer (``"central"``, ``"messages"``, ``"server"``) sees
-    only the modular sum: the same curve for all three threat models, relation ``"zero"`` only
-    (see :class:`_SharedNoiseEvent`).
+    only the modular sum, relation ``"zero"`` only; with ``sampling_rate < 1`` only ``"central"``
+    is amplified (see :class:`_SharedNoiseEvent`). Without a threat model the Accountant composes
+    :meth:`rdp`, the amplified (central) curve.
 
     The keyword arguments (or a dict of them) are those of :func:`dprec.accounting.discrete.ddg_rdp`
     (Kairouz et al. 2021, Theorem 1 / Chen et al., Theorem E.1).
@@ -755,7 +756,7 @@ class DDGEvent(_SharedNoiseEvent):
 class SkellamEvent(_SharedNoiseEvent):
     """One round of the Skellam mechanism (Agarwal et al. 2021): ``SkellamEvent(l2_sensitivity=..., ...)``.
 
-    Secure aggregation: the same curve for all three threat models, relation ``"zero"`` only (as DDG).
+    Secure aggregation, relation ``"zero"`` only; amplified only for ``"central"`` (as DDG).
 
     The keyword arguments (or a dict of them) are those of :func:`dprec.accounting.discrete.skellam_rdp`.
     """

@@ -334,9 +334,15 @@ def sampled_gaussian_calibrate(
             return _pld_epsilon(z, sample_rate, steps, delta, 10.0 * _PLD_DISCRETIZATION)
     else:
         search = reported
-    ok = _shrink_to_target(search, eps_target, ok, rtol)
+    floor = _PLD_MIN_NOISE if uses_pld else 0.0  # the PLD is never evaluated below its floor
+    if uses_pld and search(floor) <= eps_target:
+        raise ValueError(
+            f"target_epsilon={eps_target:g} needs a noise multiplier below {_PLD_MIN_NOISE:g}, where dp_accounting's "
+            "PLD grid needs gigabytes; use conversion='rdp-balle' (or a smaller target_epsilon)"
+        )
+    ok = _shrink_to_target(search, eps_target, ok, rtol, floor)
     if uses_pld and reported(ok) < eps_target * (1.0 - rtol):
-        ok = _shrink_to_target(reported, eps_target, ok, rtol)
+        ok = _shrink_to_target(reported, eps_target, ok, rtol, floor)
     for _ in range(10_000):  # never above the target (a guard: the searches above already ensure it)
         if reported(ok) <= eps_target:
             return ok
@@ -344,17 +350,20 @@ def sampled_gaussian_calibrate(
     raise ValueError(f"target_epsilon={eps_target:g}: calibration did not converge")  # pragma: no cover
 
 
-def _shrink_to_target(f: Callable[[float], float], target: float, ok: float, rtol: float) -> float:
-    """Bisect below ``ok`` (where ``f(ok) <= target``, ``f`` decreasing) for ``target (1 - rtol) <= f <= target``."""
+def _shrink_to_target(f: Callable[[float], float], target: float, ok: float, rtol: float, floor: float = 0.0) -> float:
+    """Bisect below ``ok`` (where ``f(ok) <= target``, ``f`` decreasing) for ``target (1 - rtol) <= f <= target``,
+    never evaluating ``f`` below ``floor`` (where ``f(floor) > target``)."""
     while f(ok) > target:  # widen upwards if the starting point is on the wrong side
         ok *= 2.0
         if ok > 1e6:
             raise ValueError(f"no noise multiplier up to 1e6 reaches target_epsilon={target:g}")
-    bad = 0.5 * ok
-    while f(bad) <= target:
-        ok, bad = bad, 0.5 * bad
+    bad = max(0.5 * ok, floor)
+    while bad < ok and f(bad) <= target:
+        ok, bad = bad, max(0.5 * bad, floor)
         if bad < 1e-3:
             return ok
+    if bad >= ok:
+        return ok
     for _ in range(200):
         mid = math.sqrt(ok * bad)
         e = f(mid)

@@ -368,7 +368,10 @@ def ddg_epsilon(
     Under secure aggregation every observer (``threat_model`` ``"central"``, ``"messages"`` or
     ``"server"``) sees only the modular sum; the curve is for one client's update changing while every
     client adds its noise share (``relation="zero"``, the default). ``"add_remove"`` gives
-    ``(inf, nan)``: removing a client also removes its share of the noise.
+    ``(inf, nan)``: removing a client also removes its share of the noise. With ``sampling_rate < 1``
+    the default ``threat_model="central"`` is Poisson-amplified (the sample hidden; every round must
+    carry exactly ``num_clients`` noise shares whoever is drawn, see :class:`dprec.secagg.DDGPipeline`);
+    ``"messages"`` and ``"server"`` see who (or how many) took part and get the participation mixture.
     :func:`ddg_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
     RDP composes additively over steps; the conversion is
@@ -520,7 +523,10 @@ def skellam_epsilon(
     Under secure aggregation every observer (``threat_model`` ``"central"``, ``"messages"`` or
     ``"server"``) sees only the modular sum; the curve is for one client's update changing while every
     client adds its noise share (``relation="zero"``, the default). ``"add_remove"`` gives
-    ``(inf, nan)``: removing a client also removes its share of the noise.
+    ``(inf, nan)``: removing a client also removes its share of the noise. With ``sampling_rate < 1``
+    the default ``threat_model="central"`` is Poisson-amplified (the sample hidden; every round must
+    carry exactly ``num_clients`` noise shares whoever is drawn, see :class:`dprec.secagg.DDGPipeline`);
+    ``"messages"`` and ``"server"`` see who (or how many) took part and get the participation mixture.
     :func:`skellam_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
     Agarwal, Kairouz and Liu (2021), the multi-dimensional Skellam RDP bound (module docstring),

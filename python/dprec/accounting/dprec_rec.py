@@ -1483,12 +1483,20 @@ def _central_rec(route: Any, payable: bool) -> DPRECAccounting:
         epsilons[rel] = min(a, b_)
         if math.isinf(epsilons[rel]):
             reasons[rel] = via_messages.reasons.get(rel) or (via_tv.reasons.get(rel, "") if via_tv else "")
+    # Which route gave each relation's number (the record's other fields describe the requested relation's).
+    routes = "; ".join(
+        f"{rel}: " + ("REC's total-variation route" if via_tv is not None and via_tv.epsilons.get(rel, math.inf)
+                      < via_messages.epsilons.get(rel, math.inf) else "the message observer's bound")
+        for rel in RELATIONS if math.isfinite(epsilons[rel])
+    )
     if via_tv is not None and via_tv.epsilon <= via_messages.epsilon:
-        return _replace(via_tv, epsilons=epsilons, reasons=reasons)
+        return _replace(via_tv, epsilons=epsilons, reasons=reasons,
+                        composition=via_tv.composition + (f" (routes per relation: {routes})" if routes else ""))
     return _replace(
         via_messages, threat_model="central", epsilons=epsilons, reasons=reasons,
         composition=via_messages.composition + "; the message observer's bound, which holds against the central "
-        "observer by post-processing (it beats paying REC's total-variation cost out of delta here)",
+        "observer by post-processing (it beats paying REC's total-variation cost out of delta here)"
+        + (f" (routes per relation: {routes})" if routes else ""),
     )
 
 
@@ -1648,7 +1656,9 @@ def dprec_calibrate(
     groups: Optional[int] = None,
 ) -> float:
     """The clip multiplier ``c = C / sigma`` at which :func:`dprec_epsilon` equals ``target_epsilon``
-    (to ``rtol``, and never above it: a root that rounding puts above the target is stepped down).
+    (to ``rtol``, and never above it: a root that rounding puts above the target is stepped down;
+    for ``"central"`` with ``bits`` it may sit below the target where the better of the two central
+    routes switches, see :func:`dprec_epsilon`).
 
     Same parameters as :func:`dprec_epsilon` (``bits`` the TOTAL bits of one message, ``sampling``
     the scheme, ``threat_model``/``relation``/``method`` as there). Epsilon increases with ``c``
@@ -1697,7 +1707,8 @@ def dprec_calibrate(
         )
 
     if method == "sound" and bits is not None and tm == "central":
-        # The better of the two central routes (see _central_rec): increasing in c, always finite.
+        # The better of the two central routes (see _central_rec): nondecreasing in c, with a jump down where the
+        # total-variation route stops being payable (so the result may sit below the target there).
         def account(c: float) -> DPRECAccounting:  # noqa: F811 - the central route replaces the plain one
             return dprec_epsilon(
                 rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=bits,

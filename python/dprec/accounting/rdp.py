@@ -460,13 +460,16 @@ def participation_rdp(sampling_rate: float, rdp: Any, orders: Any) -> np.ndarray
     with a visible component, and this is its Renyi divergence exactly when ``rdp`` is that of a
     participation (both directions, if ``rdp`` bounds both). No amplification by a hidden sample.
     """
-    q = float(sampling_rate)
+    from ._checks import check_probability  # noqa: PLC0415
+
+    q = check_probability(sampling_rate, "sampling_rate")
     a = np.asarray(orders, dtype=np.float64)
     x = (a - 1.0) * np.asarray(rdp, dtype=np.float64)
     if q == 1.0:
         return np.asarray(rdp, dtype=np.float64).copy()
-    with np.errstate(over="ignore"):
-        out = np.where(x <= 700.0, np.log1p(q * np.expm1(np.minimum(x, 700.0))),
-                       np.logaddexp(math.log1p(-q), math.log(q) + x))
+    out = np.empty(x.shape)
+    small = x <= 700.0
+    out[small] = np.log1p(q * np.expm1(x[small]))
+    out[~small] = np.logaddexp(math.log1p(-q), math.log(q) + x[~small])  # exp(x) would overflow
     return out / (a - 1.0)
 

@@ -459,8 +459,6 @@ class SecAggNoise(Mechanism):
         return f"share stddev {params['noise_stddev']:.4g} x B shares{sk}"
 
     def round(self, setting, params, model, w, clients, ctx):
-        from ..secagg import conditional_round, modular_reduce  # noqa: PLC0415
-
         base = ctx.state.get("pipeline")
         if base is None:
             base = ctx.state["pipeline"] = self._pipeline(setting, 0, noise_stddev=params["noise_stddev"])
@@ -472,20 +470,14 @@ class SecAggNoise(Mechanism):
         for rank, i in enumerate(order):
             u = flatten(_local_update(model, w, clients[i], setting, ctx.local_lr))
             clipped += int(np.linalg.norm(u) > setting.clip)
-            if rank < b:
-                words.append(pipe.encode(u, rng=ctx.private_rng))
-            else:  # beyond B shares: the rounded vector alone (the same rounding as encode, no noise)
-                ints, _ = conditional_round(pipe.prepare(u), pipe.rounding_norm_bound, rng=ctx.private_rng)
-                words.append(modular_reduce(ints, self.bits))
+            words.append(pipe.encode(u, rng=ctx.private_rng, add_noise=rank < b))  # beyond B: no share
         top_up = max(0, b - len(clients))
         for _ in range(top_up):
             words.append(pipe.encode(np.zeros(setting.dim), rng=ctx.private_rng))
         nb = pipe.bits_per_client // 8
         total = pipe.aggregate(np.stack(words))
-        if not clients:  # only noise: nothing to learn, the round is spent all the same
-            return RoundOutput(None, len(words), nb * len(words), nb)
-        # Divided by the expected count B, not the drawn k: the released model is then a function of the sum
-        # alone, so the central observer's amplification (the sample hidden) is not undone by revealing k.
+        # Divided by B, not the drawn k, and applied even when nobody was drawn (noise alone): the released model
+        # is then a function of the sum alone, so the central observer's amplification (the sample hidden) holds.
         mean = np.asarray(pipe.decode(total, num_clients=b))
         return RoundOutput(unflatten(mean, w), len(words), nb * len(words), nb, clipped)
 

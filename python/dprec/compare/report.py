@@ -113,7 +113,8 @@ def format_summary(fed: FederationResult, *, trust: bool = True) -> str:
         eps = []
         for tm in tms:
             row = rows.get(tm)
-            eps.append(("=" if tm in plan.calibrated_for else "") + (_eps(row.epsilon) if row else "-"))
+            value = plan.epsilons.get(tm, row.epsilon if row else math.inf) if plan.params else math.inf
+            eps.append(("=" if tm in plan.calibrated_for else "") + _eps(value))
         first = next(iter(rows.values()))
         label = plan.label + (" [per example]" if first.unit == "example" else "")
         lines.append(f"   {label:<58} {_acc(plan):>20} " + " ".join(f"{e:>12}" for e in eps)

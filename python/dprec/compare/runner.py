@@ -157,6 +157,7 @@ class PlanResult:
     description: str
     calibrated_for: list[str]  # the threat models whose target epsilon these parameters meet
     runs: list[RunResult] = field(default_factory=list)
+    epsilons: dict[str, float] = field(default_factory=dict)  # these parameters' epsilon against each observer
 
     def final_accuracy(self) -> tuple[float, float]:
         """Mean and sample standard deviation over runs of the final test accuracy."""
@@ -449,6 +450,10 @@ def run_compare(config: CompareConfig, *, progress: Optional[Callable[[int, int,
         fed = _cached_federation(fed_name, config.federation_value(fed_name, "clients"), config.alpha, config.seed)
         setting = _setting(config, fed_name, fed)
         plans, where, why = calibrate_plans(setting, keys, config.threat_models)
+        for plan in plans:
+            if plan.params:
+                plan.epsilons = {tm: registry[plan.mechanism].guarantee(setting, plan.params, tm).epsilon
+                                 for tm in config.threat_models}
         rows: list[RowResult] = []
         for tm in config.threat_models:
             for key in keys:

@@ -103,7 +103,11 @@ class DistributedPipeline:
         SecAgg word size: values live mod ``M = 2**bits``, ``2 <= bits <= 64`` (uint32 words up to
         32 bits, uint64 above).
     num_clients : int
-        n, the clients whose vectors (and noise shares) are summed in a round.
+        n, the noise shares summed in a round (and the clients' vectors, without sampling). With
+        ``sampling_rate < 1`` the accounting holds only if EVERY round's sum carries exactly n noise
+        shares whoever is drawn: idle clients top up with a share on a zero vector
+        (``encode(zeros)``), drawn clients beyond n send without one (``encode(x, add_noise=False)``),
+        and the server decodes by n (:meth:`decode` refuses another count then).
     seed : int
         The round's shared 64-bit seed (rotation signs, sketch hashes). Known to the server.
     noise_stddev : float, optional
@@ -566,7 +570,7 @@ class DistributedPipeline:
         y *= self.scale
         return y
 
-    def encode(self, x: Any, *, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+    def encode(self, x: Any, *, rng: Optional[np.random.Generator] = None, add_noise: bool = True) -> np.ndarray:
         """One client's SecAgg input: ``(round(s R clip(x)) + noise) mod M`` (``padded_dim`` words).
 
         Parameters
@@ -577,6 +581,9 @@ class DistributedPipeline:
         rng : numpy.random.Generator, optional
             Where the client-private seeds of the rounding and the noise come from; by default
             the OS entropy source. Never pass a generator the server can reproduce.
+        add_noise : bool
+            Add this client's noise share (default). False only for a drawn client beyond the
+            round's ``num_clients`` share holders (see the class's ``num_clients``).
 
         Returns
         -------
@@ -585,7 +592,8 @@ class DistributedPipeline:
         """
         y = self.prepare(x)
         ints, _ = rounding.conditional_round(y, self.rounding_norm_bound if self._beta > 0 else None, rng=rng)
-        ints += self._sample_noise(ints.size, rng)
+        if add_noise:  # False: a drawn client beyond the n share holders (see num_clients)
+            ints += self._sample_noise(ints.size, rng)
         return modular.modular_reduce(ints, self._bits)
 
     # ---- SecAgg and server ------------------------------------------------------------------
@@ -602,6 +610,12 @@ class DistributedPipeline:
         returns a float64 array of ``dim`` elements in the same framework.
         """
         n = self._n if num_clients is None else check_int(num_clients, "num_clients", 1, 1 << 40)
+        if self._sampling_rate < 1.0 and n != self._n:
+            raise ValueError(
+                f"num_clients={n}: with sampling_rate={self._sampling_rate} the sum is decoded by the pipeline's "
+                f"num_clients={self._n} (a count that depends on who was drawn would reveal it to the observer "
+                "the amplified accounting hides it from)"
+            )
         lifted = modular.centered_lift(total, self._bits, scale=self._gamma / n, dtype=np.float64)
         v = self._rotation.inverse(lifted)
         if self._sketch is not None:
