@@ -159,9 +159,15 @@ def write_plots(result: CompareResult, prefix: str) -> list[str]:
     paths = []
     for fed in result.federations:
         tms = list(dict.fromkeys(r.threat_model for r in fed.rows))
-        fig = Figure(figsize=(13.0, 3.6 * len(tms)), dpi=90)
+        fig = Figure(figsize=(17.0, 3.6 * len(tms)), dpi=90)
         FigureCanvasAgg(fig)
-        colors = {p.mechanism: f"C{i % 10}" for i, p in enumerate(fed.plans)}
+        # One colour per mechanism (tab20 has 20 distinct ones; the registry has 12), sketch variants dotted.
+        from matplotlib import colormaps  # noqa: PLC0415
+
+        from .mechanisms import MECHANISMS  # noqa: PLC0415
+
+        palette = colormaps["tab20"]
+        colors = {key: palette((2 * i) % 20 + (2 * i) // 20) for i, key in enumerate(MECHANISMS)}
         for t, tm in enumerate(tms):
             ax_r = fig.add_subplot(len(tms), 2, 2 * t + 1)
             ax_b = fig.add_subplot(len(tms), 2, 2 * t + 2)
@@ -175,7 +181,8 @@ def write_plots(result: CompareResult, prefix: str) -> list[str]:
                 if not reference and not (row.calibrated and math.isfinite(row.epsilon)):
                     continue
                 rounds, up, mean, sd = _curves(plan)
-                style = dict(color="0.4", ls="--") if reference else dict(color=colors[plan.mechanism])
+                style = dict(color="0.4", ls="--") if reference else dict(
+                    color=colors[plan.mechanism], ls=":" if plan.mechanism.endswith("sketch") else "-")
                 per_example = " [per example]" if row.unit == "example" else ""
                 label = f"{plan.label}{per_example} ({plan.runs[0].message_bytes:,} B/msg)"
                 # The bytes panel starts at the first evaluation after round 0 (no bytes yet: log scale).
@@ -190,7 +197,7 @@ def write_plots(result: CompareResult, prefix: str) -> list[str]:
             ax_r.set_xlabel("round")
             ax_b.set_xlabel("total bytes uploaded by all clients")
             ax_r.set_title(f"{fed.name}: against {OBSERVERS[tm]}", fontsize=9, loc="left")
-            ax_r.legend(fontsize=7, loc="lower right")
+            ax_b.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # beside the curves, not on them
         fig.suptitle(
             f"{fed.name}: every mechanism at epsilon {result.config.epsilon:g}, delta {fed.delta:.2g} against the "
             f"observer of each row (mean +- sd over {result.config.runs} runs)",
