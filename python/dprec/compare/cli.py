@@ -118,7 +118,8 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
     p.add_argument("--local-lr", type=_positive_float, default=0.1, help="local SGD learning rate (default 0.1)")
     p.add_argument("--batch-size", type=_count(1), default=16, help="local minibatch size (default 16)")
     p.add_argument("--alpha", type=_positive_float, default=0.5, help="Dirichlet concentration of digits' split")
-    p.add_argument("--seed", type=_count(0), default=0, help="seed of everything public (default 0)")
+    p.add_argument("--seed", type=_count(0), default=0, help="seed of the data split, the initial models and the SecAgg round seeds (default 0); the client "
+                   "sampling and minibatch order come from a per-run secret (OS entropy), as amplification needs")
     p.add_argument("--plot", default=None, metavar="PREFIX", help="write PREFIX-<federation>.png")
     p.add_argument("--json", default=None, metavar="PATH", help="write every number and the configuration as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

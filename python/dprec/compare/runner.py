@@ -1,9 +1,11 @@
 """Run a comparison: calibrate every mechanism per threat model, train each calibration ``runs`` times.
 
-Everything public (the split, the initial model, the client sampling, the minibatch order, the
-SecAgg round seeds) follows ``seed`` and the run number; everything private (DP-REC's seeds and
-Gumbel draws, every noise share and rounding) comes from the OS entropy source. Within one run
-every mechanism sees the same sampled clients and minibatches (paired comparison).
+The split, the initial model and the SecAgg round seeds follow ``seed`` and the run number. The
+client sampling and the minibatch order come from a per-run secret drawn from the OS entropy source
+and stored nowhere (amplification by sampling needs the draw unpredictable); every mechanism of a
+run shares it, so they see the same sampled clients and minibatches (a paired comparison).
+Everything private (DP-REC's seeds and Gumbel draws, every noise share and rounding) comes from the
+OS entropy source.
 """
 
 from __future__ import annotations
