@@ -31,6 +31,7 @@ from dprec.accounting import (
     sampled_gaussian_rdp_without_replacement,
 )
 from dprec.accounting.dprec_rec import _codec_epsilon, _codec_local_epsilon, dprec_reverse_rdp
+from dprec.accounting.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 
 MNIST = dict(rounds=1000, clients_per_round=10, num_clients=100, clip_multiplier=0.545, delta=100**-1.1, bits=None)
 ORDERS = np.arange(2.0, 258.0)
@@ -265,13 +266,22 @@ def test_dp_fedavg_threat_models_and_pld_is_tighter_at_the_demo_settings():
     assert sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="server").epsilon == math.inf
     assert sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="server", secure_aggregation=True).epsilon == math.inf
     assert sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="messages").epsilon == math.inf
-    # Secure aggregation hides the messages but not how many there are: a message observer gets the
-    # central number for zero-out only; add/remove is inf with that reason.
+    # Secure aggregation hides the messages but not how many there are: the message observer sees whether the
+    # target took part, so zero-out gets the participation mixture of the unsampled Gaussian (no amplification),
+    # written out here; add/remove is inf with that reason.
     secagg = sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="messages", secure_aggregation=True)
     central = sampled_gaussian_epsilon(1.0, 0.1, 300, delta)
     assert central.epsilons["zero"] == central.epsilon == central.epsilons["add_remove"]
     assert secagg.epsilon == math.inf and "masked messages" in secagg.reasons["add_remove"]
-    assert secagg.epsilons["zero"] == central.epsilon and "zero" not in secagg.reasons
+    a = np.asarray(DEFAULT_ORDERS, dtype=float)
+    mixture = 300 * np.logaddexp(math.log(0.9), math.log(0.1) + (a - 1.0) * a / 2.0) / (a - 1.0)
+    assert secagg.epsilons["zero"] == pytest.approx(rdp_to_epsilon(a, mixture, delta, method="balle")[0], rel=1e-12)
+    assert secagg.epsilons["zero"] > central.epsilon and "zero" not in secagg.reasons
+    assert "participation seen" in secagg.sampling and secagg.conversion == "rdp-balle"
+    # Without client sampling there is nothing to hide: the central number.
+    full = sampled_gaussian_epsilon(3.0, 1.0, 5, delta, threat_model="messages", secure_aggregation=True,
+                                    conversion="rdp-balle")
+    assert full.epsilons["zero"] == sampled_gaussian_epsilon(3.0, 1.0, 5, delta, conversion="rdp-balle").epsilon
     g = sampled_gaussian_epsilon(1.0, 0.1, 300, delta, threat_model="server")
     assert "unnoised sum" in g.reasons["add_remove"]
     # Joint noise: finite for all three under zero-out (the default), the same number; add/remove is

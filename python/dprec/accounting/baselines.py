@@ -46,7 +46,7 @@ from .guarantee import (
     check_relation,
     check_threat_model,
 )
-from .rdp import DEFAULT_ORDERS, rdp_to_epsilon, sampled_gaussian_rdp
+from .rdp import DEFAULT_ORDERS, participation_rdp, rdp_to_epsilon, sampled_gaussian_rdp
 
 __all__ = [
     "CONVERSIONS",
@@ -180,7 +180,11 @@ def gaussian_guarantee(
     delta : float
         In (0, 1).
     sample_rate : float
-        Poisson rate ``q`` in (0, 1] (1: no sampling).
+        Poisson rate ``q`` in (0, 1] (1: no sampling). Amplification needs the sample hidden from the
+        observer: DP-FedAvg's clients with ``secure_aggregation=True`` against ``"messages"`` (who
+        counts the masked messages) get the participation mixture of the unsampled Gaussian instead;
+        with ``noise="clients"`` the rate must be one the observer cannot see (records inside each
+        client, as joint noise's), not a client-level rate against ``"messages"`` / ``"server"``.
     steps : int
         Compositions (rounds, or rounds x local steps).
     threat_model : {"central", "messages", "server"}
@@ -216,6 +220,19 @@ def gaussian_guarantee(
     reasons = {r: _gaussian_reason(tm, noise, bool(secure_aggregation), r) for r in RELATIONS}
     sampling = "poisson" if q < 1.0 else None
     composition = f"{t} compositions of the {'Poisson-sampled ' if q < 1.0 else ''}Gaussian mechanism"
+    if q < 1.0 and noise == "server" and secure_aggregation and tm == "messages":
+        # The observer counts the masked messages, so it sees whether the target took part: no amplification,
+        # the participation mixture of the unsampled Gaussian (zero-out; add/remove has the reason above).
+        with np.errstate(divide="ignore"):
+            full = alphas / (2.0 * z * z) if z > 0.0 else np.full(alphas.shape, math.inf)
+        seen = t * participation_rdp(q, full, alphas)
+        conv = "rdp-balle" if conv == "pld" else conv  # the PLD accountant composes the hidden-sample mixture only
+        return _rdp_guarantee(
+            mechanism, lambda r: reasons[r] if reasons[r] is not None else seen, alphas, delta, threat_model=tm,
+            relation=rel, conversion=conv,
+            sampling="poisson, participation seen (the observer counts the masked messages: no amplification)",
+            composition=f"{t} compositions of the Gaussian mechanism, each round's participation seen (RDP)",
+        )
     if conv == "pld":
         finite = [r for r in RELATIONS if reasons[r] is None]
         eps = _pld_epsilon(z, q, t, delta) if finite else math.inf  # the same curve for both relations
@@ -285,7 +302,8 @@ def sampled_gaussian_calibrate(
     ------
     ValueError
         Naming ``threat_model`` where the combination has no guarantee (with the reason), and
-        ``target_epsilon`` when no ``z`` in ``[1e-3, 1e4]`` reaches it.
+        ``target_epsilon`` when no ``z`` in ``[1e-3, 1e4]`` reaches it or, with the PLD, when it
+        needs ``z < 0.2`` (where dp_accounting's grid needs gigabytes: use ``conversion="rdp-balle"``).
     """
     eps_target = float(target_epsilon)
     if not (eps_target > 0.0 and math.isfinite(eps_target)):

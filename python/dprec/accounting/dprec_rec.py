@@ -1486,7 +1486,7 @@ def _central_rec(route: Any, payable: bool) -> DPRECAccounting:
     # Which route gave each relation's number (the record's other fields describe the requested relation's).
     routes = "; ".join(
         f"{rel}: " + ("REC's total-variation route" if via_tv is not None and via_tv.epsilons.get(rel, math.inf)
-                      < via_messages.epsilons.get(rel, math.inf) else "the message observer's bound")
+                      <= via_messages.epsilons.get(rel, math.inf) else "the message observer's bound")
         for rel in RELATIONS if math.isfinite(epsilons[rel])
     )
     if via_tv is not None and via_tv.epsilon <= via_messages.epsilon:
@@ -1495,7 +1495,9 @@ def _central_rec(route: Any, payable: bool) -> DPRECAccounting:
     return _replace(
         via_messages, threat_model="central", epsilons=epsilons, reasons=reasons,
         composition=via_messages.composition + "; the message observer's bound, which holds against the central "
-        "observer by post-processing (it beats paying REC's total-variation cost out of delta here)"
+        "observer by post-processing ("
+        + ("it beats paying REC's total-variation cost out of delta here)" if via_tv is not None
+           else "REC's total-variation cost cannot be paid out of delta here)")
         + (f" (routes per relation: {routes})" if routes else ""),
     )
 

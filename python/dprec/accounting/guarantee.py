@@ -215,5 +215,5 @@ NOISE_SHARE_REASON = (
 MASKED_COUNT_REASON = (
     "with secure aggregation a message observer still sees how many masked messages a round has, which "
     "reveals whether the client took part and which the sampled-Gaussian curve does not cover; "
-    "relation='zero' is covered"
+    "relation='zero' is covered by the participation mixture (no amplification)"
 )

@@ -107,7 +107,8 @@ class DistributedPipeline:
         ``sampling_rate < 1`` the accounting holds only if EVERY round's sum carries exactly n noise
         shares whoever is drawn: idle clients top up with a share on a zero vector
         (``encode(zeros)``), drawn clients beyond n send without one (``encode(x, add_noise=False)``),
-        and the server decodes by n (:meth:`decode` refuses another count then).
+        and the server decodes by n (:meth:`decode` refuses another count then). The scale's head-room
+        is sized for n vectors: rounds with more drawn clients wrap somewhat more often (accuracy only).
     seed : int
         The round's shared 64-bit seed (rotation signs, sketch hashes). Known to the server.
     noise_stddev : float, optional
@@ -592,6 +593,8 @@ class DistributedPipeline:
         """
         y = self.prepare(x)
         ints, _ = rounding.conditional_round(y, self.rounding_norm_bound if self._beta > 0 else None, rng=rng)
+        if not isinstance(add_noise, (bool, np.bool_)):
+            raise TypeError(f"add_noise must be a bool, got {type(add_noise).__name__}")
         if add_noise:  # False: a drawn client beyond the n share holders (see num_clients)
             ints += self._sample_noise(ints.size, rng)
         return modular.modular_reduce(ints, self._bits)
@@ -608,6 +611,12 @@ class DistributedPipeline:
 
         Runs on the device of ``total`` (NumPy on the CPU; PyTorch CUDA or CuPy on the GPU) and
         returns a float64 array of ``dim`` elements in the same framework.
+
+        Raises
+        ------
+        ValueError
+            ``num_clients`` other than the pipeline's when ``sampling_rate < 1`` (the accounting
+            needs the sum decoded by the fixed share count, see the class's ``num_clients``).
         """
         n = self._n if num_clients is None else check_int(num_clients, "num_clients", 1, 1 << 40)
         if self._sampling_rate < 1.0 and n != self._n:
