@@ -63,12 +63,14 @@ def test_sampling_is_secret_and_paired() -> None:
     # randomness) reproduces exactly given the secret, and two comparisons with the same seed draw differently.
     from dprec.compare import runner  # noqa: PLC0415
 
-    cfg = CompareConfig(federations=("digits",), mechanisms=("fedavg",), runs=1, rounds=4, workers=1)
+    cfg = CompareConfig(federations=("digits",), mechanisms=("fedavg",), runs=1, rounds=6, eval_every=1, workers=1)
     a, b = (runner.train(cfg, "digits", "fedavg", {}, 0, secret=12345) for _ in range(2))
     c = runner.train(cfg, "digits", "fedavg", {}, 0, secret=54321)
-    assert a.accuracy == b.accuracy and a.accuracy != c.accuracy
+    assert a.accuracy == b.accuracy and a.bytes_uploaded == b.bytes_uploaded and a.accuracy != c.accuracy
+    # Two comparisons draw different secrets: six rounds' accuracies and upload counts all equal would be a
+    # coincidence of probability far below 1e-6.
     first, second = (run_compare(cfg).federations[0].plans[0].runs[0] for _ in range(2))
-    assert first.accuracy != second.accuracy
+    assert (first.accuracy, first.bytes_uploaded) != (second.accuracy, second.bytes_uploaded)
 
 
 def _independent_epsilon(fed, plan, tm: str) -> float:

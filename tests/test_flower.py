@@ -756,7 +756,7 @@ def test_poisson_arguments():
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
     strategy = DPRECStrategy(
         FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5,
-        threat_model="central",
+        threat_model="central", rng=np.random.default_rng(0),  # a seeded draw: the round has participants
     )
     assert list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3)))
     assert strategy.accountant.threat_model == "central"
