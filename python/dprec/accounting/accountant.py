@@ -399,6 +399,8 @@ class Accountant:
         Renyi orders (> 1). Default: :data:`dprec.accounting.DEFAULT_ORDERS` (fractional orders
         near 1, every integer to 63, a sparse tail to 1024).
 
+    Notes
+    -----
     Composition: forward and reverse curves add over events (adaptive RDP composition), per
     relation; overheads add (a union bound). Conversion: the improved RDP conversion (Balle et al.
     2020) of each direction, ``epsilon`` the larger; once a sound DP-REC event is composed, both
