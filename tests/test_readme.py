@@ -41,7 +41,8 @@ BLOCKS = _blocks()
 def test_readme_has_python_examples():
     if not README.exists():
         pytest.skip("README.md is not next to the tests (installed package)")
-    assert len(BLOCKS) >= 5, "the README's python examples are missing"
+    # The README keeps three examples (NumPy, PyTorch, Flower); the rest live in docs/ (tests/test_docs.py).
+    assert len(BLOCKS) >= 3, "the README's python examples are missing"
     for block in BLOCKS:
         assert "print(" in block, f"README block does not print anything:\n{block}"
 
