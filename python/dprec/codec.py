@@ -472,7 +472,7 @@ class DPRECCodec:
         # (names, shapes) -> (Layout, groups table, logits offsets) of the last few update
         # structures: a client encodes one model's updates round after round, and building a
         # layout (its groups and digest) costs more Python than a small update's encode has.
-        self._layouts: dict[tuple, tuple[Layout, np.ndarray, np.ndarray]] = {}
+        self._layouts: dict[tuple, tuple[Layout, np.ndarray, np.ndarray, np.ndarray, float]] = {}
 
     # -- read-only parameters ------------------------------------------------------------
 

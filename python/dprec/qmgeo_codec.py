@@ -560,7 +560,7 @@ class QMGeoCodec:
             )
         return msg
 
-    def _accumulate(self, msgs: list[QMGeoMessage], coefs: np.ndarray, template: Any) -> Any:
+    def _accumulate(self, msgs: Sequence[QMGeoMessage | bytes], coefs: np.ndarray, template: Any) -> Any:
         """``sum_c coefs[c] * Bin(indices_c)`` in float64, in message order, as float32 tensors."""
         tree, leaves, torch_flags, layout, kernels = self._read(template, "template")
         checked = [self._check_message(m, layout, f"messages[{i}]") for i, m in enumerate(msgs)]
