@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from . import federations as _feds
+from .federations import Federation, digits_federation, synthetic_federation
 from .mechanisms import THREAT_MODELS, Client, Mechanism, NoGuarantee, RoundContext, Setting, mechanism_registry
 
 __all__ = [
@@ -249,16 +249,16 @@ def _decode(x: Any) -> Any:
 # --------------------------------------------------------------------------- building blocks
 
 
-def build_federation(name: str, clients: int, alpha: float, seed: int) -> _feds.Federation:
+def build_federation(name: str, clients: int, alpha: float, seed: int) -> Federation:
     if name == "digits":
-        return _feds.digits_federation(num_clients=clients, alpha=alpha, seed=seed)
-    return _feds.synthetic_federation(num_clients=clients, seed=seed)
+        return digits_federation(num_clients=clients, alpha=alpha, seed=seed)
+    return synthetic_federation(num_clients=clients, seed=seed)
 
 
-_FEDERATION_CACHE: dict[tuple, _feds.Federation] = {}
+_FEDERATION_CACHE: dict[tuple, Federation] = {}
 
 
-def _cached_federation(name: str, clients: int, alpha: float, seed: int) -> _feds.Federation:
+def _cached_federation(name: str, clients: int, alpha: float, seed: int) -> Federation:
     key = (name, clients, alpha, seed)
     if key not in _FEDERATION_CACHE:
         _FEDERATION_CACHE.clear()
@@ -266,7 +266,7 @@ def _cached_federation(name: str, clients: int, alpha: float, seed: int) -> _fed
     return _FEDERATION_CACHE[key]
 
 
-def _setting(cfg: CompareConfig, fed_name: str, fed: _feds.Federation) -> Setting:
+def _setting(cfg: CompareConfig, fed_name: str, fed: Federation) -> Setting:
     n = cfg.federation_value(fed_name, "clients")
     params = fed.model.init_params(np.random.default_rng([cfg.seed, 1]))
     return Setting(
