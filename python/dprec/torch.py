@@ -37,7 +37,8 @@ Rules shared by the three functions
   half-precision model rounds.
 
 Importing :mod:`dprec` never imports PyTorch; importing this module does (install it
-with ``pip install "dprec[torch]"``).
+pinned to the version you use, e.g. ``pip install "dprec[torch]" "torch==2.13.0"``: the extra
+only sets a lower bound, and an unpinned ``torch`` pulls the multi-GB CUDA build).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ try:
     import torch  # absolute import: PyTorch, not this module
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
-        'dprec.torch needs PyTorch, which is not installed: pip install "dprec[torch]" '
-        "(or pip install torch==2.13.0)"
+        'dprec.torch needs PyTorch, which is not installed: pip install "dprec[torch]" "torch==2.13.0" '
+        "(pin the version you use: an unpinned torch pulls the multi-GB CUDA build)"
     ) from exc
 
 __all__ = ["ModelUpdate", "apply_update", "decode_template", "model_update"]
