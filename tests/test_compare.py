@@ -228,6 +228,10 @@ def test_cli_demo_preset(capsys) -> None:
         (dict(runs=0), "runs"),
         (dict(clients=10, clients_per_round=20), "clients_per_round"),
         (dict(seed=-1), "seed"),
+        (dict(federations=("synthetic",), clients=10**7, clients_per_round=10), "clients"),  # memory: capped
+        (dict(federations=("digits",), clients=5000), "clients"),  # more clients than training images
+        (dict(rounds=10**9), "rounds"),
+        (dict(runs=10**6), "runs"),
     ],
 )
 def test_bad_config_names_the_setting(settings, name) -> None:
@@ -302,3 +306,15 @@ def test_sampled_gaussian_calibrate_is_tight_and_safe() -> None:
         sampled_gaussian_calibrate(3.0, 0.05, 200, 1e-5, threat_model="server")
     with pytest.raises(ValueError, match="target_epsilon"):
         sampled_gaussian_calibrate(-1.0, 0.05, 200, 1e-5)
+
+
+def test_cli_load_refuses_what_is_not_a_result(tmp_path, capsys) -> None:
+    for name, text in (("notjson.json", "not json"), ("wrong.json", '{"config": {}, "federations": 3}'),
+                       ("empty.json", "{}")):
+        path = tmp_path / name
+        path.write_text(text)
+        assert cli.main(["--load", str(path)]) == 2
+        assert "--load" in capsys.readouterr().err
+    assert cli.main(["--load", str(tmp_path / "missing.json")]) == 2
+    with pytest.raises(ValueError, match="data"):
+        CompareResult.from_dict({"config": {"bogus": 1}, "federations": [], "elapsed_s": 0.0, "machine": ""})

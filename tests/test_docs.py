@@ -14,9 +14,6 @@ when it is missing. Every block runs in a temporary working directory (some writ
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import os
 import pathlib
 import re
@@ -25,13 +22,11 @@ import sys
 
 import pytest
 
+from .doc_blocks import check_claims, run_in_process, skip_without_optional
+
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 _BLOCK = re.compile(r"(?:<!--\s*test:\s*(?P<mode>[a-z]+)\s*(?:\((?P<reason>[^)]*)\))?\s*-->\s*\n)?```python\n(?P<code>.*?)```", flags=re.S)
-_CLAIM = re.compile(r"#\s*prints:\s*(.+?)\s*$", flags=re.M)
 _MODES = {"skip", "script"}
-# Top-level modules a block may import that are optional for dprec.
-_OPTIONAL = {"torch": "torch", "flwr": "flwr", "scipy": "scipy", "dprec.accounting": "scipy", "dprec.flower": "flwr",
-             "dprec.secagg": "scipy", "dprec.compare": "sklearn", "dprec.audit": "scipy"}
 
 
 def _blocks() -> list[tuple[str, int, str, str, str]]:
@@ -61,20 +56,11 @@ def test_docs_have_python_examples():
         assert "print(" in code, f"{page}:{line}: the block prints nothing"
 
 
-def _needs(code: str) -> None:
-    for pattern, module in _OPTIONAL.items():
-        if re.search(rf"^\s*(import|from)\s+{re.escape(pattern)}\b", code, flags=re.M):
-            if importlib.util.find_spec(module) is None:
-                pytest.skip(f"needs {module}")
-    if re.search(r"^\s*(import|from)\s+(flwr|dprec\.flower)\b", code, flags=re.M) and sys.version_info < (3, 11):
-        pytest.skip("flwr needs Python >= 3.11")
-
-
 @pytest.mark.parametrize(("page", "line", "mode", "reason", "code"), BLOCKS, ids=[f"{b[0]}:{b[1]}" for b in BLOCKS])
 def test_docs_block_runs_and_prints_its_claims(page, line, mode, reason, code, tmp_path, monkeypatch):
     if mode == "skip":
         pytest.skip(f"{page}:{line}: {reason}")
-    _needs(code)
+    skip_without_optional(code)
     monkeypatch.chdir(tmp_path)
     if mode == "script":
         script = tmp_path / "block.py"
@@ -84,11 +70,5 @@ def test_docs_block_runs_and_prints_its_claims(page, line, mode, reason, code, t
         assert proc.returncode == 0, f"{page}:{line} failed:\n{proc.stdout}\n{proc.stderr}"
         printed = proc.stdout
     else:
-        out = io.StringIO()
-        namespace: dict = {"__name__": "__docs__"}
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"{DOCS / page}:{line}", "exec"), namespace)  # noqa: S102 - our own docs
-        printed = out.getvalue()
-    assert printed.strip(), "the block printed nothing"
-    for claim in _CLAIM.findall(code):
-        assert claim in printed, f"{page}:{line} claims {claim!r} is printed, but the block printed:\n{printed}"
+        printed = run_in_process(code, f"{DOCS / page}:{line}", "__docs__")
+    check_claims(code, printed, f"{page}:{line}")

@@ -354,3 +354,27 @@ def test_sound_epsilon_not_below_exact_counterexample(name, n, b, t, c):
             rounds=t, clients_per_round=b, num_clients=n, clip_multiplier=c, delta=delta, bits=None, method="paper"
         ).epsilon
         assert paper < exact["add_remove"] - 1.0
+
+
+def test_participation_mixture_against_quadrature():
+    """rdp.participation_rdp, used by DDG/Skellam and DP-FedAvg + SecAgg against an observer who sees
+    participation, against the divergence of the actual pair integrated numerically: a round is
+    (1-q){no message} + q N(phi, 1) against (1-q){none} + q N(0, 1), the unsampled Gaussian's RDP being
+    a c^2 / 2 (exact for this pair, so the mixture must equal the quadrature, both directions)."""
+    from dprec.accounting import sampled_gaussian_epsilon
+    from dprec.accounting.rdp import participation_rdp, rdp_to_epsilon
+
+    a = np.asarray(ORDERS, dtype=np.float64)
+    for q in QS:
+        for c in CS:
+            mixture = participation_rdp(q, a * c * c / 2.0, a)
+            np.testing.assert_allclose(mixture, pn.attributed_quadrature(q, c, ORDERS), rtol=1e-9, atol=1e-14)
+    # DP-FedAvg + secure aggregation against a message observer (zero-out): z = 1 / c over T rounds; at the same
+    # orders the library's epsilon is the quadrature curve's.
+    q, c, t, delta = 0.05, 0.8, 40, 1e-5
+    eps_quad = rdp_to_epsilon(a, t * pn.attributed_quadrature(q, c, ORDERS), delta, method="balle")[0]
+    got = sampled_gaussian_epsilon(1.0 / c, q, t, delta, threat_model="messages", relation="zero",
+                                   secure_aggregation=True, conversion="rdp-balle", orders=ORDERS)
+    assert got.epsilon == pytest.approx(eps_quad, rel=1e-8)
+    # Its amplified (central) number is smaller: revealing participation costs privacy.
+    assert got.epsilon > sampled_gaussian_epsilon(1.0 / c, q, t, delta, conversion="rdp-balle", orders=ORDERS).epsilon

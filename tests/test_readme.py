@@ -8,20 +8,15 @@ optional dependency (PyTorch, Flower, SciPy) are skipped with the reason when it
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import pathlib
 import re
-import sys
 
 import pytest
 
+from .doc_blocks import check_claims, run_in_process, skip_without_optional
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"```python\n(.*?)```", flags=re.S)
-_CLAIM = re.compile(r"#\s*prints:\s*(.+?)\s*$", flags=re.M)
-# Top-level modules a block may import that are optional for dprec.
-_OPTIONAL = {"torch": "torch", "flwr": "flwr", "scipy": "scipy", "dprec.accounting": "scipy", "dprec.flower": "flwr", "dprec.secagg": "scipy"}
 
 
 def _blocks() -> list[str]:
@@ -49,17 +44,5 @@ def test_readme_has_python_examples():
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[_block_id(b) for b in BLOCKS])
 def test_readme_block_runs_and_prints_its_claims(block):
-    for pattern, module in _OPTIONAL.items():
-        if re.search(rf"^\s*(import|from)\s+{re.escape(pattern)}\b", block, flags=re.M):
-            if importlib.util.find_spec(module) is None:
-                pytest.skip(f"needs {module}")
-    if re.search(r"^\s*(import|from)\s+(flwr|dprec\.flower)\b", block, flags=re.M) and sys.version_info < (3, 11):
-        pytest.skip("flwr needs Python >= 3.11")
-    out = io.StringIO()
-    namespace: dict = {"__name__": "__readme__"}
-    with contextlib.redirect_stdout(out):
-        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
-    printed = out.getvalue()
-    assert printed.strip(), "the block printed nothing"
-    for claim in _CLAIM.findall(block):
-        assert claim in printed, f"the README claims {claim!r} is printed, but the block printed:\n{printed}"
+    skip_without_optional(block)
+    check_claims(block, run_in_process(block, str(README), "__readme__"), "the README")

@@ -382,6 +382,12 @@ def _shrink_to_target(f: Callable[[float], float], target: float, ok: float, rto
             return ok
     if bad >= ok:
         return ok
+    return _bisect_to_target(f, target, ok, bad, rtol)
+
+
+def _bisect_to_target(f: Callable[[float], float], target: float, ok: float, bad: float, rtol: float) -> float:
+    """Geometric bisection between ``ok`` (``f(ok) <= target``) and ``bad`` (``f(bad) > target``), ``f`` monotone:
+    a point with ``target (1 - rtol) <= f <= target``, or the last safe one after 200 halvings (never above)."""
     for _ in range(200):
         mid = math.sqrt(ok * bad)
         e = f(mid)

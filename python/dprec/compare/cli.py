@@ -177,8 +177,12 @@ def run_from_args(args: argparse.Namespace, out: Optional[TextIO] = None,
     prog = "dprec demo" if demo else "dprec compare"
     load = getattr(args, "load", None)
     if load:
-        with open(load, encoding="utf-8") as f:
-            result = CompareResult.from_dict(json.load(f))
+        try:
+            with open(load, encoding="utf-8") as f:
+                result = CompareResult.from_dict(json.load(f))
+        except (OSError, ValueError) as exc:  # unreadable, not JSON, or not a compare result
+            print(f"{prog}: error: --load {load}: {exc}", file=sys.stderr)
+            return 2
     else:
         try:
             cfg = config_from_args(args, demo=demo)

@@ -126,16 +126,9 @@ def _solve(f: Callable[[float], float], target: float, lo: float, hi: float, inc
         raise NoGuarantee(f"{what}: no parameter in [{lo:g}, {hi:g}] reaches epsilon {target:g}")
     if f(bad_side) <= target:
         return bad_side
-    for _ in range(200):
-        mid = math.sqrt(ok_side * bad_side)
-        v = f(mid)
-        if v <= target:
-            ok_side = mid
-            if v >= target * (1.0 - rtol):
-                return mid
-        else:
-            bad_side = mid
-    return ok_side
+    from ..accounting.baselines import _bisect_to_target  # noqa: PLC0415 - the library's safe-side bisection
+
+    return _bisect_to_target(f, target, ok_side, bad_side, rtol)
 
 
 def _clip_vector(v: np.ndarray, clip: float) -> tuple[np.ndarray, bool]:

@@ -41,6 +41,13 @@ FEDERATION_DEFAULTS: dict[str, dict[str, int]] = {
     "synthetic": {"clients": 10_000, "clients_per_round": 100, "rounds": 100, "eval_every": 5},
 }
 QUICK_ROUNDS = {"digits": 40, "synthetic": 20}
+#: Upper bounds of the settings (a setting is work or memory in proportion: refused with its name above these).
+LIMITS: dict[str, int] = {
+    "runs": 1_000, "rounds": 1_000_000, "clients": 200_000, "clients_per_round": 200_000, "eval_every": 1_000_000,
+    "local_epochs": 1_000, "batch_size": 1_000_000, "workers": 1_024,
+}
+#: Clients of digits: at most one per training image (no client may be empty).
+DIGITS_TRAIN_SIZE = 1_437
 
 
 @dataclass
@@ -91,6 +98,10 @@ class CompareConfig:
         for name in ("rounds", "clients", "clients_per_round", "eval_every"):
             if getattr(self, name) is not None:
                 _count(getattr(self, name), name)
+        for name, top in LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, (int, np.integer)) and value > top:
+                raise ValueError(f"{name} must be <= {top:,}, got {value:,}")
         for name in ("clip", "server_lr", "local_lr", "alpha"):
             _positive(getattr(self, name), name)
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
@@ -101,6 +112,9 @@ class CompareConfig:
             n, b = self.federation_value(fed, "clients"), self.federation_value(fed, "clients_per_round")
             if b > n:
                 raise ValueError(f"clients_per_round={b} exceeds clients={n} ({fed})")
+            if fed == "digits" and n > DIGITS_TRAIN_SIZE:
+                raise ValueError(f"clients={n} exceeds digits' {DIGITS_TRAIN_SIZE:,} training images (no client may "
+                                 "be empty)")
 
     def federation_value(self, federation: str, name: str) -> int:
         """``name`` (clients, clients_per_round, rounds, eval_every) for ``federation``: override or default."""
@@ -214,6 +228,15 @@ class CompareResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CompareResult":
+        """Inverse of :meth:`as_dict`; ValueError naming ``data`` for anything that is not such a result."""
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"data is not a dprec compare result (as_dict / --json): {type(exc).__name__}: {exc}") \
+                from None
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> "CompareResult":
         d = _decode(data)
         cfg = CompareConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["config"].items()})
         feds = []
@@ -452,10 +475,12 @@ def run_compare(config: CompareConfig, *, progress: Optional[Callable[[int, int,
         fed = _cached_federation(fed_name, config.federation_value(fed_name, "clients"), config.alpha, config.seed)
         setting = _setting(config, fed_name, fed)
         plans, where, why = calibrate_plans(setting, keys, config.threat_models)
-        for plan in plans:
+        # Each trained configuration's guarantee against every observer, once (the rows and the summary use it).
+        guarantees = {(index, tm): registry[plan.mechanism].guarantee(setting, plan.params, tm)
+                      for index, plan in enumerate(plans) if plan.params for tm in config.threat_models}
+        for index, plan in enumerate(plans):
             if plan.params:
-                plan.epsilons = {tm: registry[plan.mechanism].guarantee(setting, plan.params, tm).epsilon
-                                 for tm in config.threat_models}
+                plan.epsilons = {tm: guarantees[(index, tm)].epsilon for tm in config.threat_models}
         rows: list[RowResult] = []
         for tm in config.threat_models:
             for key in keys:
@@ -474,7 +499,7 @@ def run_compare(config: CompareConfig, *, progress: Optional[Callable[[int, int,
                     if row is not None:
                         eps, reason, unit = row.epsilon, row.reason, row.unit
                 else:
-                    row = mech.guarantee(setting, params, tm)
+                    row = guarantees[(plan, tm)]
                     eps, reason, local, conv, unit, note = (row.epsilon, row.reason, row.local_epsilon,
                                                             row.conversion, row.unit, row.note)
                     if i is None and reason is None:
