@@ -22,8 +22,9 @@ import argparse
 
 import numpy as np
 
-from dprec import rec, runtime
+from dprec import runtime
 from dprec.bench import median_time
+from dprec import rec
 
 
 def main() -> None:

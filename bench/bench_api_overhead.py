@@ -18,7 +18,9 @@ from collections.abc import Callable
 import numpy as np
 
 import dprec
-from dprec import hadamard, philox, rec, sketch
+from dprec import philox
+from dprec import rec
+from dprec.transforms import hadamard, sketch
 
 
 def _per_call_us(fn: Callable[[], object], calls: int, repeat: int) -> float:

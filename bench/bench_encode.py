@@ -35,7 +35,9 @@ import time
 
 import numpy as np
 
-from dprec import DPRECCodec, _native, bench, rec, runtime
+from dprec import DPRECCodec, bench, runtime
+from dprec._runtime import native as _native
+from dprec import rec
 
 
 def _time(fn, repeat: int) -> float:

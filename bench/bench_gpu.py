@@ -50,7 +50,8 @@ import numpy as np
 
 import dprec
 import dprec.cuda
-from dprec import _native, rec
+from dprec._runtime import native as _native
+from dprec import rec
 
 if TYPE_CHECKING:
     import torch

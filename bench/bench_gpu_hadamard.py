@@ -13,7 +13,7 @@ row is measured in this run, round-robin (timing as in bench/bench_gpu.py: CUDA 
 around batches of calls lasting >= --min-time-ms, median of --repeat measurements):
 
 * *kernel*: the private ``_cuda.fwht`` call alone, in place (orthonormal), on rows x n float32;
-* *public*: ``dprec.hadamard.fwht(x)`` as users call it (out of place: allocates the result,
+* *public*: ``dprec.transforms.hadamard.fwht(x)`` as users call it (out of place: allocates the result,
   checks that x is finite, which waits for the stream once);
 * *rotation*: ``RandomizedHadamard(n, seed).forward(x)`` (signs and the copy fused in);
 * *copy*: ``y.copy_(x)`` of the same 4 * rows * n bytes, the anchor of SPEC §8
@@ -38,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import gpu_median_times, header_lines, unavailable_reason  # noqa: E402
-from dprec import _native  # noqa: E402
-from dprec.hadamard import RandomizedHadamard, fwht  # noqa: E402
+from dprec._runtime import native as _native  # noqa: E402
+from dprec.transforms.hadamard import RandomizedHadamard, fwht  # noqa: E402
 
 TARGET_VS_COPY = 1.5
 CHECK_LOG2 = (20, 26)

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import dprec
-from dprec import _native
+from dprec._runtime import native as _native
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import gpu_median_times, unavailable_reason  # noqa: E402 - the shared GPU timing

@@ -53,9 +53,10 @@ from typing import Any, Callable
 import numpy as np
 
 import dprec
-from dprec import _native, philox
+from dprec import philox
+from dprec._runtime import native as _native
 from dprec.constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
-from dprec.sketch import MAX_GPU_MEDIAN_ROWS, CountSketch
+from dprec.transforms.sketch import MAX_GPU_MEDIAN_ROWS, CountSketch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gpu import gpu_median_times, unavailable_reason  # noqa: E402 - the shared GPU timing

@@ -15,7 +15,7 @@ Compares, in one run and on the same data:
   unnormalised) with ``dprec.runtime.set_num_threads(1)`` and ``(N)``, N = ``--threads``
   (default: every core).
 * **norm NT** and **public NT** (``--no-public`` drops them): the native kernel with
-  ``normalize=True``, and the public ``dprec.hadamard.fwht(buf, inplace=True,
+  ``normalize=True``, and the public ``dprec.transforms.hadamard.fwht(buf, inplace=True,
   normalize=True)`` (which also checks dtype, layout and finiteness); ``API ovh`` is public
   over native at the same settings. Normalised, because the public function rejects the
   infinities that repeated unnormalised transforms produce.
@@ -47,7 +47,7 @@ import numpy as np
 
 from dprec import _core, runtime
 from dprec.bench import cpu_model, package_version
-from dprec.hadamard import fwht
+from dprec.transforms.hadamard import fwht
 
 SINGLE_TARGET = 1.0
 MULTI_TARGET = 1.6
@@ -221,7 +221,7 @@ def main() -> int:
     )
     if not args.no_public:
         print(
-            "  norm NT = _core.fwht(buf, n, normalize=True); public NT = dprec.hadamard.fwht(buf, inplace=True,"
+            "  norm NT = _core.fwht(buf, n, normalize=True); public NT = dprec.transforms.hadamard.fwht(buf, inplace=True,"
             " normalize=True); API ovh = public / norm."
         )
     print("  GB/s is nominal: 8 bytes * n * log2(n) / time (as if every butterfly stage went to memory).")

@@ -36,8 +36,9 @@ import time
 import numpy as np
 
 from _timing import markdown_table, mrate, progress, round_robin  # bench/_timing.py
-from dprec import qmgeo, runtime
+from dprec import runtime
 from dprec.bench import cpu_model, package_version
+from dprec import qmgeo
 
 W_MAX = 1.0
 # (R, p): plain stochastic rounding, the paper's settings (p = 0.9, R = 8 and 16), more spread, the largest R.

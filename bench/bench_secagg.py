@@ -75,7 +75,7 @@ from scipy.special import gammaln
 from _timing import markdown_table, mrate, progress, round_robin  # bench/_timing.py
 from dprec import runtime, secagg
 from dprec.bench import cpu_model, package_version
-from dprec.hadamard import RandomizedHadamard
+from dprec.transforms.hadamard import RandomizedHadamard
 
 SEED = 0x5EED_5EC0_0000_0016
 Z_LIMIT = 5.0  # |z| above which a statistical check fails

@@ -58,7 +58,7 @@ from _timing import calls_per_measurement, rel_l2  # bench/_timing.py
 from dprec import philox, runtime
 from dprec.bench import cpu_model, package_version
 from dprec.constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
-from dprec.sketch import CountSketch
+from dprec.transforms.sketch import CountSketch
 
 SEED = 0x5EED_5CE7_0000_0004
 TARGET_VS_NUMPY = 10.0

@@ -17,10 +17,13 @@ import pytest
 
 from bench_hadamard import aligned_empty  # noqa: E402 - bench/ is on sys.path under pytest
 from conftest import Target, add_target, overhead, speedup
-from dprec import _native, hadamard, philox, rec
+from dprec import philox
+from dprec._runtime import native as _native
 from dprec.bench import _SEED, _SIGMA, _generate_only, _phi, _torch_encode
 from dprec.constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
-from dprec.sketch import CountSketch
+from dprec import rec
+from dprec.transforms import hadamard
+from dprec.transforms.sketch import CountSketch
 
 pytestmark = pytest.mark.skipif(not _native.native_available(), reason="the native CPU module is not built")
 CORES = os.cpu_count() or 1
@@ -133,7 +136,7 @@ def test_fwht_dprec_kernel(measure, threads, quick, log2_n, nthreads):
 
 @pytest.mark.parametrize("log2_n", FWHT_SIZES)
 def test_fwht_dprec_public(measure, quick, log2_n):
-    """``dprec.hadamard.fwht(..., inplace=True)`` on every core: the kernel plus the public API's checks. Normalised
+    """``dprec.transforms.hadamard.fwht(..., inplace=True)`` on every core: the kernel plus the public API's checks. Normalised
     (orthonormal): repeated unnormalised transforms of one buffer overflow float32, which the public API refuses."""
     buf = _fwht_buffer(log2_n, quick)
     buf[...] = np.random.default_rng(log2_n).standard_normal(buf.size)

@@ -38,8 +38,8 @@ run() {
   return 0
 }
 
-GPU_TESTS=(tests/test_cuda.py tests/test_cuda_hadamard.py tests/test_cuda_sketch.py tests/test_cuda_modular.py
-  tests/test_cuda_interop.py)
+GPU_TESTS=(tests/cuda/test_cuda.py tests/cuda/test_cuda_hadamard.py tests/cuda/test_cuda_sketch.py tests/cuda/test_cuda_modular.py
+  tests/cuda/test_cuda_interop.py)
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts= -rfEs)
 
 step_build() {
@@ -56,12 +56,12 @@ step_info() {
   run 60 versions "$PY" -c "import torch, numpy, dprec; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name()); print('numpy', numpy.__version__); import cupy; print('cupy', cupy.__version__)"
 }
 step_tests() {
-  run 300 gpu-tests "${PYTEST[@]}" "${GPU_TESTS[@]}" tests/test_cuda_runtime.py tests/test_torch_helpers.py tests/test_codec.py \
-    tests/test_bad_input.py tests/test_hadamard.py tests/test_sketch.py tests/test_gpu_emulation.py \
-    tests/test_gpu_emulation_modular.py
+  run 300 gpu-tests "${PYTEST[@]}" "${GPU_TESTS[@]}" tests/cuda/test_cuda_runtime.py tests/integrations/test_torch.py tests/rec/test_codec.py \
+    tests/robustness/test_bad_input.py tests/transforms/test_hadamard.py tests/transforms/test_sketch.py tests/cuda/test_gpu_emulation.py \
+    tests/cuda/test_gpu_emulation_modular.py
 }
 step_stress() {
-  run 240 stress "${PYTEST[@]}" tests/test_cuda_stress.py
+  run 240 stress "${PYTEST[@]}" tests/cuda/test_cuda_stress.py
 }
 step_streams() {
   run 60 streams "${PYTEST[@]}" "${GPU_TESTS[@]}" -k "stream"
@@ -71,7 +71,7 @@ step_sanitize() {
   # memcheck over the kernels' tests; racecheck and synccheck where kernels share memory
   # and synchronise (the FWHT passes, the count-sketch warp fold).
   run 150 sanitizer-memcheck compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
-    "${PYTEST[@]}" -x tests/test_cuda.py tests/test_cuda_hadamard.py tests/test_cuda_sketch.py tests/test_cuda_modular.py \
+    "${PYTEST[@]}" -x tests/cuda/test_cuda.py tests/cuda/test_cuda_hadamard.py tests/cuda/test_cuda_sketch.py tests/cuda/test_cuda_modular.py \
     -k "not 2_26 and not 2_24 and not 65536 and not chi_square and not several_batches and not 1000_clients and not grid_cap"
   for tool in racecheck synccheck; do
     run 120 "sanitizer-$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
@@ -86,12 +86,12 @@ import torch, dprec
 from dprec import rec
 x = torch.randn(1 << 24, device='cuda')
 rec.logits(x, 1, 2, 7, sigma=1.0)
-dprec._native.cuda_module().generate_only(0, torch.cuda.current_stream().cuda_stream, 1 << 24, 1, 2, 128)
+dprec._runtime.native.cuda_module().generate_only(0, torch.cuda.current_stream().cuda_stream, 1 << 24, 1, 2, 128)
 torch.cuda.synchronize()"
   run 120 ncu-fwht ncu --kernel-name regex:fwht_pass --launch-count 2 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy "$PY" -c "
 import torch
-from dprec.hadamard import fwht
+from dprec.transforms.hadamard import fwht
 x = torch.randn(1 << 26, device='cuda')
 fwht(x, inplace=True)
 torch.cuda.synchronize()"
@@ -126,8 +126,8 @@ step_wheel() {
   run 60 wheel-install "$PY" -m pip install -q --no-deps --no-index --target "$site" "$whl"/*.whl
   mkdir -p "$copy" && cp -r tests "$copy"/
   run 60 wheel-archs sh -c "cuobjdump --list-elf $site/dprec/_cuda*.so; cuobjdump --list-ptx $site/dprec/_cuda*.so"
-  run 240 wheel-tests sh -c "cd $copy && PYTHONPATH=$site ${PYTEST[*]} ${GPU_TESTS[*]} tests/test_cuda_runtime.py \
-    tests/test_torch_helpers.py tests/test_codec.py tests/test_hadamard.py tests/test_sketch.py"
+  run 240 wheel-tests sh -c "cd $copy && PYTHONPATH=$site ${PYTEST[*]} ${GPU_TESTS[*]} tests/cuda/test_cuda_runtime.py \
+    tests/integrations/test_torch.py tests/rec/test_codec.py tests/transforms/test_hadamard.py tests/transforms/test_sketch.py"
 }
 step_ptx() {
   # The PTX JIT path of dprec alone: its CUDA module built as PTX only (compute_75, as a build
@@ -142,7 +142,7 @@ step_ptx() {
     run 200 "ptx-build-$arch" env CMAKE_BUILD_PARALLEL_LEVEL=16 "$PY" -m pip install -q --no-build-isolation --no-deps \
       --target "$site" -C cmake.define.DPREC_CUDA=ON -C cmake.define.CMAKE_CUDA_ARCHITECTURES="$arch" \
       -C cmake.define.DPREC_GPU_EMULATION=OFF -C build-dir="/tmp/dprec-ptx-build-$arch" .
-    run 180 "ptx-tests-$arch" sh -c "cd $copy && PYTHONPATH=$site ${PYTEST[*]} ${GPU_TESTS[*]} tests/test_cuda_runtime.py"
+    run 180 "ptx-tests-$arch" sh -c "cd $copy && PYTHONPATH=$site ${PYTEST[*]} ${GPU_TESTS[*]} tests/cuda/test_cuda_runtime.py"
   done
 }
 for step in $STEPS; do "step_$step"; done

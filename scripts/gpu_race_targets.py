@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dprec.hadamard import RandomizedHadamard, fwht
-from dprec.sketch import CountSketch
+from dprec.transforms.hadamard import RandomizedHadamard, fwht
+from dprec.transforms.sketch import CountSketch
 
 
 def same(a, b) -> bool:

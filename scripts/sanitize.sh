@@ -3,7 +3,7 @@
 # under it.
 #
 #   scripts/sanitize.sh                 # default test subset (a few minutes)
-#   scripts/sanitize.sh tests/test_rec.py -k logits   # any pytest arguments instead
+#   scripts/sanitize.sh tests/rec/test_kernels.py -k logits   # any pytest arguments instead
 #
 # Needs: gcc/g++ (or clang) with libasan, CMake >= 3.18, and a Python with numpy, pybind11,
 # pytest and hypothesis (pip install pybind11 ".[test]"). No CUDA: the build uses
@@ -31,9 +31,9 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build/sanitize}"
 JOBS="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 
 if [ "$#" -eq 0 ]; then
-  set -- tests/test_rec.py tests/test_philox.py tests/test_hadamard.py tests/test_sketch.py \
-         tests/test_native_hadamard_sketch.py tests/test_threads.py tests/test_bad_input.py \
-         tests/test_message_format.py tests/test_codec.py tests/test_fuzz.py
+  set -- tests/rec/test_kernels.py tests/test_philox.py tests/transforms/test_hadamard.py tests/transforms/test_sketch.py \
+         tests/transforms/test_native_hadamard_sketch.py tests/runtime/test_threads.py tests/robustness/test_bad_input.py \
+         tests/rec/test_message_format.py tests/rec/test_codec.py tests/robustness/test_fuzz.py
 fi
 
 PYBIND11_DIR="$("$PYTHON" -m pybind11 --cmakedir)"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import dprec
-from dprec import _dispatch, _native
+from dprec._runtime import dispatch as _dispatch
+from dprec._runtime import native as _native
 
 # Backends that take host (NumPy) arrays; the CUDA backend has its own tests (test_cuda.py).
 BACKENDS = [b for b in _dispatch.available_backends() if b != "cuda"]

@@ -1,7 +1,7 @@
 """A fake ``dprec._cuda`` for machines without a GPU (a test helper, not a test module).
 
-The Python plumbing of the CUDA backend (``dprec._arrays``, ``dprec._frameworks``, the CUDA backend ``dprec._backends.cuda`` behind
-``dprec.rec``, ``dprec.philox``, ``dprec.codec``, ``dprec.hadamard`` and ``dprec.sketch``,
+The Python plumbing of the CUDA backend (``dprec._runtime.arrays``, ``dprec._runtime.frameworks``, the CUDA backend ``dprec._runtime.backends.cuda`` behind
+``dprec.rec``, ``dprec.philox``, ``dprec.rec.codec``, ``dprec.transforms.hadamard`` and ``dprec.transforms.sketch``,
 ``dprec.cuda.DeviceArray``) only talks to the compiled module through the functions of
 csrc/python/bind_cuda_runtime.cpp, bind_cuda_rec.cpp, bind_cuda_hadamard.cpp,
 bind_cuda_sketch.cpp and bind_cuda_modular.cpp (the SecAgg server side). :class:`FakeCuda`
@@ -20,7 +20,7 @@ offers the same functions, with the same argument order, on host memory:
 * every call is recorded in :attr:`FakeCuda.calls` as ``Call(name, stream, args)`` so tests
   can assert which stream the plumbing used.
 
-Use the :func:`fake_cuda` fixture, which installs the fake as ``dprec._native._cuda`` for
+Use the :func:`fake_cuda` fixture, which installs the fake as ``dprec._runtime.native._cuda`` for
 one test.
 """
 
@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from dprec import _native
+from dprec._runtime import native as _native
 
 from .conftest import gpu_emulation
 
@@ -783,7 +783,7 @@ def install(monkeypatch: pytest.MonkeyPatch, fake: FakeCuda | None = None) -> Fa
 
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
-    """A :class:`FakeCuda` installed as ``dprec._native._cuda`` for one test; skips the test
+    """A :class:`FakeCuda` installed as ``dprec._runtime.native._cuda`` for one test; skips the test
     when dprec._gpu_emulation, which computes its kernels, is not built."""
     gpu_emulation()
     return install(monkeypatch)

@@ -4,7 +4,7 @@ test module): the modular sum of clients' vectors and the centered lift, mod M =
 The GPU kernels (csrc/cuda/modular_bodies.h), their host emulation and the CPU kernels are
 held to these. Each operation is written twice: with Python integers (exact by definition,
 for small inputs) and vectorised with NumPy's wrapping uint64 arithmetic (for large ones);
-tests/test_gpu_emulation_modular.py checks that the two agree.
+tests/cuda/test_gpu_emulation_modular.py checks that the two agree.
 """
 
 from __future__ import annotations

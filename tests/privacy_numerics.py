@@ -1,4 +1,4 @@
-"""Independent numerics for tests/test_privacy_verification.py (issue 30, item 3).
+"""Independent numerics for tests/accounting/test_privacy_verification.py (issue 30, item 3).
 
 Nothing here calls dprec's accounting: these are the "truths" the accountant's curves are checked
 against, computed from the densities of the actual mechanisms.

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import dprec
-from dprec import _backends
+from dprec._runtime import backends as _backends
 
 PACKAGE = Path(dprec.__file__).resolve().parent
-NATIVE = {"dprec._native", "dprec._core", "dprec._cuda", "dprec._backends.cpu", "dprec._backends.cuda"}
-KERNEL_LAYERS = NATIVE | {"dprec._arrays", "dprec._frameworks", "dprec._dispatch", "dprec._backends"}
+NATIVE = {"dprec._runtime.native", "dprec._core", "dprec._cuda", "dprec._runtime.backends.cpu", "dprec._runtime.backends.cuda"}
+KERNEL_LAYERS = NATIVE | {"dprec._runtime.arrays", "dprec._runtime.frameworks", "dprec._runtime.dispatch", "dprec._runtime.backends"}
 
 
 def _module_name(path: Path) -> str:
@@ -73,7 +73,7 @@ def test_reference_backend_never_imports_a_compiled_module():
      "secagg/__init__", "secagg/noise", "secagg/rounding", "secagg/modular", "secagg/pipeline"],
 )
 def test_public_modules_reach_kernels_only_through_dispatch(name):
-    bad = _imports(PACKAGE / f"{name}.py") & (NATIVE | {"dprec._backends"})
+    bad = _imports(PACKAGE / f"{name}.py") & (NATIVE | {"dprec._runtime.backends"})
     assert not bad, f"dprec.{name} imports {sorted(bad)}"
 
 

@@ -88,7 +88,7 @@ def test_native_transform_bit_identical_on_every_input(isa, every_transform_inpu
     radius_words, angle_words, expected = every_transform_input
     cos_part = np.empty(radius_words.size, np.float32)
     sin_part = np.empty(radius_words.size, np.float32)
-    dprec._native.native().normal_transform(radius_words, angle_words, cos_part, sin_part)
+    dprec._runtime.native.native().normal_transform(radius_words, angle_words, cos_part, sin_part)
     assert np.array_equal(cos_part.view(np.uint32), expected[:, 0].view(np.uint32))
     assert np.array_equal(sin_part.view(np.uint32), expected[:, 1].view(np.uint32))
 
@@ -189,4 +189,4 @@ def test_uniforms_open_interval(backend):
 def test_normal_transform_version_is_exposed():
     assert dprec.NORMAL_TRANSFORM_VERSION == 1
     if "cpu" in BACKENDS:
-        assert dprec._native.native().NORMAL_TRANSFORM_VERSION == dprec.NORMAL_TRANSFORM_VERSION
+        assert dprec._runtime.native.native().NORMAL_TRANSFORM_VERSION == dprec.NORMAL_TRANSFORM_VERSION

@@ -6,50 +6,41 @@ are native C++ (SIMD, multi-threaded) and CUDA (for GPU arrays, when built); eve
 also has a pure-NumPy reference in :mod:`dprec.reference`, selectable with
 ``backend="reference"``.
 
-Modules
--------
-dprec.codec
-    :class:`DPRECCodec` and :class:`DPRECMessage`: whole-model encode, decode, aggregate.
+Packages
+--------
 dprec.rec
-    Per-group kernels: candidates, log-likelihood ratios, Gumbel-max, aggregation.
-dprec.hadamard
-    Fast Walsh-Hadamard transform and the randomized Hadamard rotation.
-dprec.sketch
-    :class:`CountSketch`, the linear count-sketch of secure-aggregation compression.
-dprec.secagg
-    Secure aggregation with distributed DP: exact discrete Gaussian and Skellam samplers,
-    conditional rounding, arithmetic mod 2**bits (CPU and CUDA), the DDG and Skellam pipelines.
+    DP-REC: :class:`DPRECCodec` (whole-model encode, decode, aggregate), the wire format
+    (:class:`DPRECMessage`, :class:`Layout`) and the per-group kernels.
 dprec.qmgeo
-    QMGeo (SPEC §5): the stochastic quantizer (corrected pmf), bit packing, and
-    :class:`QMGeoCodec` / :class:`QMGeoMessage` (encode, decode, aggregate whole updates).
+    QMGeo: the stochastic quantizer, bit packing, :class:`QMGeoCodec` and :class:`QMGeoMessage`.
+dprec.secagg
+    Secure aggregation with distributed DP: discrete Gaussian and Skellam samplers, conditional
+    rounding, arithmetic mod 2**bits, the DDG and Skellam pipelines.
+dprec.transforms
+    The fast Walsh-Hadamard transform, the randomized Hadamard rotation, the count-sketch.
 dprec.philox
     The shared Philox4x32-10 stream and its normal transform (the randomness contract).
-dprec.cuda
-    The CUDA backend: availability (and why not), devices, :class:`dprec.cuda.DeviceArray`.
-dprec.runtime
-    Threads and SIMD instruction-set selection.
 dprec.accounting
-    Privacy accounting (needs SciPy): DP-REC's Algorithm 7 under three client-sampling
-    schemes, the round accountant, and the sampled Gaussian, DDG, Skellam, QMGeo and joint-noise
-    mechanisms. ``DPRECCodec.epsilon`` / ``.accountant`` tie a codec to it.
-dprec.torch
-    PyTorch helpers (needs PyTorch): model update in, decode template, update applied back.
-dprec.flower
-    Flower integration (needs flwr): the client mod ``dprec_mod`` and ``DPRECStrategy``.
+    Privacy accounting (needs SciPy) of every mechanism, per threat model.
+dprec.torch, dprec.flower
+    The PyTorch helpers (needs PyTorch) and the Flower integration (needs flwr).
 dprec.compare
-    ``dprec compare``: every mechanism trains a NumPy model at one epsilon, calibrated per threat
-    model (needs SciPy and scikit-learn); ``dprec.demo`` is its quick preset, ``dprec demo``.
+    ``dprec compare`` and ``dprec demo``: every mechanism trains a model at one epsilon.
+dprec.cuda, dprec.runtime
+    The CUDA backend (availability, devices, memory) and the CPU threads and SIMD selection.
 
-The optional modules are not imported by ``import dprec``.
+The optional packages are not imported by ``import dprec``.
 """
 
 from __future__ import annotations
 
-from . import cuda, hadamard, philox, qmgeo, rec, runtime, sketch
-from ._dispatch import available_backends
-from .codec import DPRECCodec, DPRECMessage, EncodeInfo, Layout
+from typing import Any
+
+from . import _compat, cuda, philox, qmgeo, rec, runtime, transforms
+from ._runtime.dispatch import available_backends
 from .constants import NORMAL_TRANSFORM_VERSION
 from .qmgeo import QMGeoCodec, QMGeoMessage
+from .rec import DPRECCodec, DPRECMessage, EncodeInfo, Layout
 from .runtime import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
@@ -65,13 +56,18 @@ __all__ = [
     "available_backends",
     "cuda",
     "get_num_threads",
-    "hadamard",
     "philox",
     "qmgeo",
     "rec",
     "runtime",
     "set_num_threads",
-    "sketch",
+    "transforms",
     "__version__",
 ]
 
+_compat.install()
+
+
+def __getattr__(name: str) -> Any:
+    # dprec.transforms.hadamard, dprec.transforms.sketch, dprec.rec.codec, ...: the module at its new path, with a DeprecationWarning.
+    return _compat.moved_attribute(name)

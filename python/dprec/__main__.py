@@ -19,7 +19,9 @@ def _info() -> int:
 
     import numpy as np  # noqa: PLC0415
 
-    from . import _dispatch, _native, bench  # noqa: PLC0415
+    from . import bench  # noqa: PLC0415
+    from ._runtime import dispatch as _dispatch
+    from ._runtime import native as _native
     from .constants import NORMAL_TRANSFORM_VERSION  # noqa: PLC0415
 
     print(f"dprec {bench.package_version()} (python {platform.python_version()}, numpy {np.__version__})")
@@ -53,7 +55,8 @@ def _info() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dprec`` console script."""
-    from . import bench, demo  # noqa: PLC0415
+    from . import bench
+    from .compare import demo  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="dprec", description="dprec: DP-REC compression for federated learning.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

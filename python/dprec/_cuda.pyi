@@ -6,7 +6,7 @@ outside ``[0, device_count())`` or a pointer that is not device memory of that d
 Host-side parameter arrays (seeds, indices, coefficients, Gumbel noise, offsets) are
 NumPy arrays. ``scratch`` is where a kernel's temporary device memory comes from: an object
 with ``allocate(device, stream, nbytes) -> int`` and ``free(ptr)`` (PyTorch's or CuPy's
-caching allocator, from ``dprec._frameworks.scratch_allocator``), or None for dprec's own pool.
+caching allocator, from ``dprec._runtime.frameworks.scratch_allocator``), or None for dprec's own pool.
 A failed allocation raises MemoryError.
 """
 

@@ -23,14 +23,14 @@ noise. So two runs with the same ``seed`` give slightly different bounds; the gu
 statistical (see *Statistics*).
 
 ``"dprec"``
-    :class:`dprec.codec.DPRECCodec` with ``max_group_size = dim``: one encode of a long vector
+    :class:`dprec.rec.codec.DPRECCodec` with ``max_group_size = dim``: one encode of a long vector
     runs many independent trials at once, one group of ``dim`` elements (its own Philox group id,
     so its own candidates) and ``K = 2**bits`` candidates per trial, the native logits kernel and
     the Gumbel-max with OS-entropy Gumbel noise; the message seed comes from OS entropy too. The
     codec's global clip is set so that it never binds: every group has norm exactly ``C = c sigma``.
 ``"gaussian"``
     DP-FedAvg's server-side Gaussian: the sum of the clients' clipped updates plus
-    ``N(0, (C / c)^2 I)`` from an OS-seeded NumPy Generator (as :mod:`dprec.demo` does). Only the
+    ``N(0, (C / c)^2 I)`` from an OS-seeded NumPy Generator (as :mod:`dprec.compare.demo` does). Only the
     ``"central"`` threat model has a guarantee (the server sees raw updates).
 ``"ddg"``, ``"skellam"``
     :class:`dprec.secagg.DDGPipeline` / :class:`dprec.secagg.SkellamPipeline`: each of
@@ -409,8 +409,10 @@ def _unit(d: int) -> np.ndarray:
 
 def _dprec_setup(threat_model: str, relation: str, c: float, bits: int, dim: int, clients: int, delta: float,
                  broken: Optional[str]) -> dict:
-    from . import _arrays, _dispatch  # noqa: PLC0415
-    from .codec import DPRECCodec, _plain_host_leaves  # noqa: PLC0415
+    from ._runtime import arrays as _arrays  # noqa: PLC0415
+    from ._runtime import dispatch as _dispatch
+    from ._runtime.updates import plain_host_leaves  # noqa: PLC0415
+    from .rec.codec import DPRECCodec  # noqa: PLC0415
 
     sigma = 1.0
     clip = c * sigma
@@ -447,7 +449,7 @@ def _dprec_setup(threat_model: str, relation: str, c: float, bits: int, dim: int
             # of the canary in every group from the public seed (one native call), then
             # l_k - logsumexp(l) + log K (index uniform under a zero update).
             canary_x = np.tile(clip * u, groups)
-            arrays = _plain_host_leaves([canary_x])
+            arrays = plain_host_leaves([canary_x])
             layout, rows, offsets, _, _ = codec._cached_layout(("",), [canary_x.shape], ["update"])
             kernels = _dispatch.select("auto", arrays[0], "update")
             lg = _arrays.empty(arrays[0], (int(offsets[-1]),), "float64")
@@ -530,7 +532,7 @@ def _secagg_setup(mechanism: str, threat_model: str, relation: str, c: float, bi
 def _qmgeo_setup(threat_model: str, relation: str, levels: int, p: float, dim: int, clients: int, delta: float,
                  broken: Optional[str]) -> dict:
     from .accounting.qmgeo import qmgeo_log_pmf  # noqa: PLC0415
-    from .qmgeo_codec import QMGeoCodec  # noqa: PLC0415
+    from .qmgeo.codec import QMGeoCodec  # noqa: PLC0415
 
     w_max = 1.0
     step = 2.0 * w_max / (levels - 1)

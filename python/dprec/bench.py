@@ -287,14 +287,14 @@ def _import_torch() -> tuple[Any, str]:
 
 
 def _native_encode(phi: np.ndarray, bits: int) -> int:
-    from . import rec  # noqa: PLC0415
+    from .rec import kernels as rec  # noqa: PLC0415
 
     lg = rec.logits(phi, _SEED, 0, bits, sigma=_SIGMA, backend="cpu")
     return rec.sample_index(lg, backend="cpu")
 
 
 def _reference_encode(phi: np.ndarray, bits: int) -> int:
-    from . import rec  # noqa: PLC0415
+    from .rec import kernels as rec  # noqa: PLC0415
 
     lg = rec.logits(phi, _SEED, 0, bits, sigma=_SIGMA, backend="reference")
     return rec.sample_index(lg, backend="reference")
@@ -330,7 +330,7 @@ def _torch_encode(torch: Any, phi_t: Any, k: int, gen: Any) -> int:
 def check_agreement(d: int, bits: int) -> Agreement:
     """Native versus reference: logits within the documented tolerance, same index under the
     same Gumbel noise, and bit-identical decoded candidates."""
-    from . import rec  # noqa: PLC0415
+    from .rec import kernels as rec  # noqa: PLC0415
 
     phi = (np.random.default_rng(7).standard_normal(d) * 0.003).astype(np.float32)
     k = 1 << bits
@@ -357,7 +357,9 @@ def runs_for(repeat: int, d_log2: int, bits: int) -> int:
 
 def run_bench(config: BenchConfig, progress_stream: TextIO | None = None) -> BenchResult:
     """Measure every row of ``config`` and the agreement check; returns a :class:`BenchResult`."""
-    from . import _native, rec, runtime  # noqa: PLC0415
+    from . import runtime  # noqa: PLC0415
+    from ._runtime import native as _native
+    from .rec import kernels as rec
 
     core = _native.native()
     if config.stat not in ("median", "min"):

@@ -159,8 +159,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without flwr
         'pip install "dprec[flower]"'
     ) from exc
 
-from ._validation import check_positive
-from .codec import DPRECCodec, DPRECMessage, Layout
+from ._runtime.validation import check_positive
+from .rec.codec import DPRECCodec, DPRECMessage, Layout
 
 __all__ = [
     "CONFIG_BITS",

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays, _dispatch
-from ._validation import check_int, check_seed, check_u32
+from ._runtime import arrays as _arrays
+from ._runtime import dispatch as _dispatch
+from ._runtime.validation import check_int, check_seed, check_u32
 from .constants import MAX_STREAM_ELEMENTS, NORMAL_TRANSFORM_VERSION
 from .reference import philox as _ref
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ._native import native, warn_num_threads_env
-from ._validation import check_int
+from ._runtime.native import native, warn_num_threads_env
+from ._runtime.validation import check_int
 
 
 def set_num_threads(n: int) -> None:

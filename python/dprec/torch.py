@@ -1,6 +1,6 @@
 """PyTorch helpers: model updates in, model updates out.
 
-:class:`dprec.codec.DPRECCodec` works on any mapping of floating-point tensors. A
+:class:`dprec.rec.codec.DPRECCodec` works on any mapping of floating-point tensors. A
 PyTorch model's ``state_dict`` is almost that, but not quite: it holds integer buffers
 (BatchNorm's ``num_batches_tracked``), may hold float16 / bfloat16 tensors, and lists a
 tied (shared) weight under every name it is reachable by. This module bridges the gap::

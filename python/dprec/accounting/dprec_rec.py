@@ -50,7 +50,7 @@ What is accounted depends on ``bits``:
     ``"add_remove"`` ``inf`` (an added client changes the number of messages).
   - ``"central"``: the ``"messages"`` curves (the decoded sum is a function of the messages).
 
-* ``bits`` given (what :class:`dprec.codec.DPRECCodec` passes): DP-REC's messages as sent.
+* ``bits`` given (what :class:`dprec.rec.codec.DPRECCodec` passes): DP-REC's messages as sent.
 
   - ``"server"`` and ``"messages"``: the observer knows the public seed, so a message shows every
     group's ``K`` candidates and the chosen index; its reverse divergence provably exceeds the
@@ -129,8 +129,8 @@ Bit-width rule
 --------------
 The overhead ``12 rho / 2^b`` is paid out of delta whatever epsilon is, and epsilon is undefined
 once it reaches delta. ``b`` is the TOTAL bits of one message: bits per group times the number
-of groups ``G`` (``DPRECCodec.layout(template).total_bits``). :meth:`dprec.codec.DPRECCodec.epsilon`,
-:meth:`~dprec.codec.DPRECCodec.local_epsilon` and :class:`DPRECRoundAccountant` apply this rule:
+of groups ``G`` (``DPRECCodec.layout(template).total_bits``). :meth:`dprec.rec.codec.DPRECCodec.epsilon`,
+:meth:`~dprec.rec.codec.DPRECCodec.local_epsilon` and :class:`DPRECRoundAccountant` apply this rule:
 
 * overhead ``>= delta``: ``ValueError`` naming ``bits``, with ``G`` x bits = ``b`` and the smallest
   uniform bits per group (:func:`dprec_min_bits`) that brings the overhead to at most 10% of delta;
@@ -812,7 +812,7 @@ def rec_message_log_moments(
     Returns the forward and reverse log-moments, ``(a - 1)`` times the Renyi bounds. The Gaussian
     ``N(phi)`` against ``N(0)`` has ``a (a-1) c^2 / 2`` for both; REC's seed-visible reverse
     provably exceeds that at orders above ``2 + 2 log(K) / c^2`` (see
-    ``tests/test_accounting_rec_messages.py``).
+    ``tests/accounting/test_rec_messages.py``).
     """
     c = check_positive(clip_multiplier, "clip_multiplier")
     alphas = check_orders(orders, integer=True)
@@ -831,7 +831,7 @@ def rec_message_log_moments(
 def _rec_candidates(bits: Optional[int], groups: Optional[int] = None) -> Optional[int]:
     """``K`` of the smallest group, or None for the Gaussian variant.
 
-    ``bits`` is ``groups`` times the smallest group's bits (what :class:`dprec.codec.DPRECCodec`
+    ``bits`` is ``groups`` times the smallest group's bits (what :class:`dprec.rec.codec.DPRECCodec`
     passes), so ``K = 2^(bits // groups)``. Without ``groups`` the split is unknown and the smallest
     group may have a single bit: ``K = 2``, valid for every split (the bound only grows as ``K``
     shrinks).
@@ -1392,7 +1392,7 @@ def dprec_epsilon(
         Target delta in (0, 1); the paper uses ``num_clients ** -1.1``.
     bits : int or None
         TOTAL bits ``b`` of one client message: bits per group times the number of groups
-        (``DPRECCodec.layout(template).total_bits``; :meth:`dprec.codec.DPRECCodec.epsilon` fills it
+        (``DPRECCodec.layout(template).total_bits``; :meth:`dprec.rec.codec.DPRECCodec.epsilon` fills it
         in). ``None``: the uncompressed Gaussian mechanism DP-REC simulates (the paper's reported
         numbers omit the overhead likewise). With ``bits``, ``method="sound"`` accounts REC's
         messages as sent: against ``"server"``/``"messages"`` each message is bounded directly
@@ -2131,7 +2131,7 @@ class DPRECRoundAccountant:
 
 
 # --------------------------------------------------------------------------------------
-# Entry points for dprec.codec (bits from a layout, the bit-width rule applied)
+# Entry points for dprec.rec.codec (bits from a layout, the bit-width rule applied)
 # --------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ Proposition 3) by default.
 Reproduction (the paper's Table 1: Poisson rate 0.1, delta = 1e-5, each local model calibrated to
 eps = 5, then N models averaged; "1 epoch" = 1/q = 10 steps, "5 epochs" = 50 steps): with the
 default orders (the integers 2..256) every eps in the table is reproduced within 0.01 and every
-printed sigma_total within its rounding (tests/test_accounting_joint_noise.py). With a finer grid
+printed sigma_total within its rounding (tests/accounting/test_joint_noise.py). With a finer grid
 of fractional orders the 5-epoch rows move by up to 0.02 (calibration finds a slightly smaller
 sigma), i.e. the paper's numbers were evidently computed on integer orders.
 """

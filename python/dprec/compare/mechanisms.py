@@ -266,7 +266,7 @@ class DPREC(Mechanism):
 
     def _groups(self, setting: Setting) -> int:
         # The codec's own layout: a tensor split into several groups counts each.
-        from ..codec import DPRECCodec  # noqa: PLC0415
+        from ..rec.codec import DPRECCodec  # noqa: PLC0415
 
         return DPRECCodec(sigma=1.0, bits=max(self.bits, 1)).layout(setting.template).num_groups
 
@@ -321,7 +321,7 @@ class DPREC(Mechanism):
         return f"c={params['c']:.4g}, sigma=C/c={params['sigma']:.4g}, K=2^{self.bits} per tensor"
 
     def round(self, setting, params, model, w, clients, ctx):
-        from ..codec import DPRECCodec  # noqa: PLC0415
+        from ..rec.codec import DPRECCodec  # noqa: PLC0415
 
         codec = ctx.state.get("codec")
         if codec is None:
@@ -517,7 +517,7 @@ class QMGeo(Mechanism):
         return f"w_max/s={params['ratio']:.4g}, s=C/sqrt(d), {self.levels} levels"
 
     def round(self, setting, params, model, w, clients, ctx):
-        from ..qmgeo_codec import QMGeoCodec  # noqa: PLC0415
+        from ..qmgeo.codec import QMGeoCodec  # noqa: PLC0415
 
         s = setting.clip / math.sqrt(setting.dim)
         codec = QMGeoCodec(w_max=params["ratio"] * s, levels=self.levels, p=1.0)

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _arrays, _dispatch
-from .._validation import check_finite, check_int, check_modulus_bits
+from .._runtime import arrays as _arrays
+from .._runtime import dispatch as _dispatch
+from .._runtime.validation import check_finite, check_int, check_modulus_bits
 from ..reference.modular import storage_dtype as _storage_dtype
 
 __all__ = ["ModularAccumulator", "centered_lift", "modular_reduce", "modular_sum", "storage_dtype"]

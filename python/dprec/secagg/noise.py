@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _arrays, _dispatch
-from .._validation import check_int, check_real, private_seed
+from .._runtime import arrays as _arrays
+from .._runtime import dispatch as _dispatch
+from .._runtime.validation import check_int, check_real, private_seed
 from ..constants import MAX_DISCRETE_GAUSSIAN_SIGMA, MAX_NOISE_SAMPLES, MAX_SKELLAM_VARIANCE
 
 __all__ = [

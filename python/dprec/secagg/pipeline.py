@@ -41,11 +41,11 @@ from typing import Any, Optional
 import numpy as np
 from scipy.special import erfcinv
 
-from .. import _arrays
-from .._validation import check_int, check_positive, check_real, check_seed
+from .._runtime import arrays as _arrays
+from .._runtime.validation import check_int, check_positive, check_real, check_seed
 from ..accounting import discrete as _acct
-from ..hadamard import RandomizedHadamard
-from ..sketch import CountSketch
+from ..transforms.hadamard import RandomizedHadamard
+from ..transforms.sketch import CountSketch
 from . import modular, noise, rounding
 
 __all__ = ["DistributedPipeline", "DDGPipeline", "SkellamPipeline", "MAX_INTEGER_NOISE_STDDEV"]

@@ -9,7 +9,7 @@ after Kairouz et al. 2021), which bounds the sensitivity that the privacy accoun
 
 The rounding rule (bit for bit the same on every backend; :mod:`dprec.reference.rounding`)
 ------------------------------------------------------------------------------------------
-One private 64-bit seed per call (:func:`dprec._validation.private_seed`: the OS entropy
+One private 64-bit seed per call (:func:`dprec._runtime.validation.private_seed`: the OS entropy
 source, or ``rng`` when given); attempt ``k`` uses the Philox stream ``(seed, substream=k,
 group, domain=4)`` (SPEC §2), whose words ``2j`` and ``2j+1`` form the 64-bit uniform
 ``u = (w[2j] << 32) | w[2j+1]`` of element ``j``. With ``a = |x_j|``, ``m = floor(a)`` and
@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _arrays, _dispatch
-from .._validation import check_finite, check_int, check_integer, check_u32, private_seed
+from .._runtime import arrays as _arrays
+from .._runtime import dispatch as _dispatch
+from .._runtime.validation import check_finite, check_int, check_integer, check_u32, private_seed
 
 __all__ = ["conditional_round", "randomized_round", "rounding_norm_bound", "MAX_ROUND_ELEMENTS"]
 
