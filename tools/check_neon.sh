@@ -9,7 +9,7 @@
 #
 #   tools/check_neon.sh                  # everything (about 12 minutes on 2 cores)
 #   tools/check_neon.sh --harness-only   # step 1 only (under a minute)
-#   tools/check_neon.sh -- tests/test_rec.py -k logits   # other pytest arguments for step 2
+#   tools/check_neon.sh -- tests/rec/test_kernels.py -k logits   # other pytest arguments for step 2
 #
 # What it needs and installs (Debian 12 "bookworm": the .deb names are its; run as root or with
 # sudo for the apt steps, which are skipped when everything is there already):
@@ -52,28 +52,28 @@ DEB_PACKAGES=(python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libp
 # The native tests that compare ISAs, pin the native kernels' bits against the NumPy reference
 # or the host emulation of the CUDA kernels, or exercise the ISA and thread switches. Not
 # here: accounting, Flower, demo, torch, CUDA (no native kernel or no aarch64 wheel), and
-# tests/test_fuzz.py (argument validation, about 2.5 minutes under qemu: pass it after --).
-DEFAULT_TESTS=(tests/test_philox.py tests/test_rec.py tests/test_hadamard.py tests/test_sketch.py
-               tests/test_native_hadamard_sketch.py tests/test_codec.py tests/test_bad_input.py
-               tests/test_message_format.py tests/test_threads.py tests/test_gpu_emulation.py
-               tests/test_gpu_emulation_hadamard.py tests/test_gpu_emulation_sketch.py
-               tests/test_robustness_threads.py tests/test_robustness_values.py
-               tests/test_robustness_arrays.py tests/test_robustness_args.py)
+# tests/robustness/test_fuzz.py (argument validation, about 2.5 minutes under qemu: pass it after --).
+DEFAULT_TESTS=(tests/test_philox.py tests/rec/test_kernels.py tests/transforms/test_hadamard.py tests/transforms/test_sketch.py
+               tests/transforms/test_native_hadamard_sketch.py tests/rec/test_codec.py tests/robustness/test_bad_input.py
+               tests/rec/test_message_format.py tests/runtime/test_threads.py tests/cuda/test_gpu_emulation.py
+               tests/cuda/test_gpu_emulation_hadamard.py tests/cuda/test_gpu_emulation_sketch.py
+               tests/runtime/test_robustness_threads.py tests/robustness/test_values.py
+               tests/robustness/test_arrays.py tests/robustness/test_args.py)
 DESELECT=(
   # The largest sizes of the GPU-emulation FWHT tests (30-60 s each under qemu; the smaller
   # sizes of the same tests run, and the harness covers the NEON FWHT kernels).
-  "tests/test_gpu_emulation_hadamard.py::test_fwht_long_rows_bit_identical_to_cpu[float32-27-1-0]"
-  "tests/test_gpu_emulation_hadamard.py::test_fwht_long_rows_bit_identical_to_cpu[float32-26-1-0]"
-  "tests/test_gpu_emulation_hadamard.py::test_fwht_long_rows_bit_identical_to_cpu[float64-26-1-0]"
-  "tests/test_gpu_emulation_hadamard.py::test_rotation_with_strided_passes[33554439-float32-1-0]"
+  "tests/cuda/test_gpu_emulation_hadamard.py::test_fwht_long_rows_bit_identical_to_cpu[float32-27-1-0]"
+  "tests/cuda/test_gpu_emulation_hadamard.py::test_fwht_long_rows_bit_identical_to_cpu[float32-26-1-0]"
+  "tests/cuda/test_gpu_emulation_hadamard.py::test_fwht_long_rows_bit_identical_to_cpu[float64-26-1-0]"
+  "tests/cuda/test_gpu_emulation_hadamard.py::test_rotation_with_strided_passes[33554439-float32-1-0]"
   # Ctrl-C and GIL timing tests (about 40 s each under qemu; nothing ISA-specific).
-  "tests/test_threads.py::test_ctrl_c_stops_a_long_kernel"
-  "tests/test_threads.py::test_gil_is_released_during_long_kernels"
+  "tests/runtime/test_threads.py::test_ctrl_c_stops_a_long_kernel"
+  "tests/runtime/test_threads.py::test_gil_is_released_during_long_kernels"
   # A subprocess with a fixed 30 s budget for work that takes longer under emulation.
-  "tests/test_robustness_threads.py::test_issue_reproducer_returns"
+  "tests/runtime/test_robustness_threads.py::test_issue_reproducer_returns"
   # Needs setrlimit(RLIMIT_AS) to bind thread stacks; qemu-user does not pass the guest's
   # RLIMIT_AS on to the host (it would constrain qemu itself), so every thread starts.
-  "tests/test_robustness_threads.py::test_failed_thread_start_raises_and_the_pool_recovers"
+  "tests/runtime/test_robustness_threads.py::test_failed_thread_start_raises_and_the_pool_recovers"
 )
 
 HARNESS_ONLY=0

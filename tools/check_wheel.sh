@@ -104,7 +104,7 @@ run_tests() {  # run_tests VENV LABEL EMULATION: the tests, from a copy outside 
     cp -r "$REPO/tests" "$REPO/README.md" "$REPO/bench" "$REPO/csrc" "$testdir/"
     (cd "$testdir" && DPREC_EXPECT_EMULATION="$emulation" "$venv/bin/python" - <<'PY'
 import importlib.util, os
-import dprec, dprec._native as b
+import dprec, dprec._runtime.native as b
 assert "site-packages" in dprec.__file__, f"dprec was imported from {dprec.__file__}"
 print("dprec imported from", dprec.__file__)
 emulation = importlib.util.find_spec("dprec._gpu_emulation") is not None
