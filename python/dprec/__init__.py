@@ -38,12 +38,11 @@ from typing import Any
 
 from . import _compat, cuda, philox, qmgeo, rec, runtime, transforms
 from ._runtime.dispatch import available_backends
+from ._version import __version__
 from .constants import NORMAL_TRANSFORM_VERSION
 from .qmgeo import QMGeoCodec, QMGeoMessage
 from .rec import DPRECCodec, DPRECMessage, EncodeInfo, Layout
 from .runtime import get_num_threads, set_num_threads
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DPRECCodec",

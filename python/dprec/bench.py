@@ -182,9 +182,9 @@ class BenchResult:
 
 def package_version() -> str:
     """dprec's version: ``dprec.__version__`` if defined, else the installed metadata."""
-    import dprec  # noqa: PLC0415
+    from . import _version  # noqa: PLC0415
 
-    v = getattr(dprec, "__version__", None)
+    v = getattr(_version, "__version__", None)
     if v:
         return str(v)
     try:

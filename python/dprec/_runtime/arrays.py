@@ -1,13 +1,14 @@
 """The array layer: every array argument of the public API becomes one :class:`Array`.
 
-An :class:`Array` says where an argument lives (the host, or a CUDA device with the
+An :class:`Array` (defined in :mod:`.array_view`, beneath this module and the backends, which
+read its fields) says where an argument lives (the host, or a CUDA device with the
 caller's stream), its shape and dtype, and how to reach its memory (a NumPy array on the
 host, a device pointer on a GPU). It is made by :func:`read` from any accepted input:
 NumPy arrays and anything ``numpy.asarray`` takes, PyTorch tensors (CPU or CUDA), CuPy
 arrays, ``__cuda_array_interface__`` and ``__dlpack__`` producers (see
 :mod:`dprec._runtime.frameworks`).
 
-The rules of SPEC §7 are written here once and serve the host and the GPU alike:
+The rules of the *Bad input* page of the docs are written here once and serve the host and the GPU alike:
 
 * :func:`float_input`: float16 and bfloat16 are converted to float32, float32 and float64
   are kept, integers, booleans and complex numbers are refused (TypeError naming the
@@ -27,7 +28,8 @@ kernels of the array's own backend (:func:`dprec._runtime.dispatch.owner`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,114 +37,15 @@ import numpy as np
 from ..constants import MAX_STREAM_ELEMENTS
 from . import dispatch as _dispatch
 from . import frameworks as _frameworks
+from .array_view import HOST, Array
 from .frameworks import LEGACY_DEFAULT_STREAM, is_torch_tensor
 from .validation import check_size
 
 if TYPE_CHECKING:
     from .backends import Kernels
 
-#: ``Array.device`` of host memory.
-HOST = -1
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "uint32": 4, "int64": 8, "uint64": 8}
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 _KIND_WORDS = {"b": "boolean", "i": "integer", "u": "integer", "c": "complex"}
-
-
-class Array:
-    """One array argument (or result) of a call: its memory, shape, dtype and place.
-
-    Attributes
-    ----------
-    obj : the caller's object (it keeps the memory alive), or the one made for a result
-    host : numpy.ndarray or None
-        The host memory; None on a GPU (and, before :func:`float_input`, for a PyTorch CPU
-        tensor not yet converted).
-    ptr : int
-        Device pointer (0 on the host).
-    shape : tuple of int
-    dtype : str
-        NumPy-style name; "bfloat16" for bfloat16.
-    device : int
-        CUDA ordinal, or ``HOST`` (-1).
-    stream : int
-        ``cudaStream_t`` of the caller's current stream, as an integer (0 on the host).
-    framework : str
-        "numpy", "torch", "cupy", "cuda_array_interface" or "dlpack".
-    readonly : bool
-    """
-
-    __slots__ = ("obj", "host", "ptr", "shape", "dtype", "device", "stream", "framework", "readonly", "keepalive")
-
-    def __init__(
-        self,
-        obj: Any,
-        host: np.ndarray | None,
-        ptr: int,
-        shape: tuple[int, ...],
-        dtype: str,
-        device: int,
-        stream: int,
-        framework: str,
-        readonly: bool = False,
-        keepalive: Any = None,
-    ) -> None:
-        self.obj, self.host, self.ptr, self.shape, self.dtype = obj, host, ptr, shape, dtype
-        self.device, self.stream, self.framework, self.readonly, self.keepalive = (
-            device, stream, framework, readonly, keepalive
-        )
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.device != HOST
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def itemsize(self) -> int:
-        return _ITEMSIZE.get(self.dtype) or np.dtype(self.dtype).itemsize
-
-    @property
-    def label(self) -> str:
-        """Where the array lives: "cpu" or "cuda:N"."""
-        return f"cuda:{self.device}" if self.on_gpu else "cpu"
-
-    @property
-    def scratch(self) -> Any:
-        """Where kernels working on this array take device scratch memory (see _frameworks)."""
-        return _frameworks.scratch_allocator(self.framework)
-
-    def offset(self, elements: int) -> int:
-        """The device pointer ``elements`` items further on."""
-        return self.ptr + elements * self.itemsize
-
-    def flat(self, start: int, size: int) -> Array:
-        """Elements ``start .. start + size - 1`` in flat (C) order, as a 1-D view (no copy)."""
-        if self.on_gpu:
-            return Array(self.obj, None, self.offset(start), (size,), self.dtype, self.device, self.stream,
-                         self.framework, self.readonly, self.keepalive)
-        assert self.host is not None
-        view = self.host.reshape(-1)[start : start + size]
-        return Array(view, view, 0, (size,), self.dtype, HOST, 0, "numpy", self.readonly)
-
-    def reshaped(self, shape: tuple[int, ...]) -> Array:
-        """The same memory with another shape of the same size (no copy)."""
-        if self.on_gpu:
-            return Array(self.obj, None, self.ptr, tuple(shape), self.dtype, self.device, self.stream, self.framework,
-                         self.readonly, self.keepalive)
-        assert self.host is not None
-        view = self.host.reshape(shape)
-        return Array(view, view, 0, tuple(shape), self.dtype, HOST, 0, "numpy", self.readonly)
-
-    def result(self) -> Any:
-        """What a public function returns for this array: the NumPy array on the host, the
-        framework's object on a GPU."""
-        return self.obj if self.on_gpu else self.host
-
-    def __repr__(self) -> str:
-        return f"Array({self.framework}, {self.dtype}{list(self.shape)}, {self.label})"
-
 
 def _host(a: np.ndarray, obj: Any = None) -> Array:
     dt = a.dtype
@@ -255,9 +158,39 @@ def is_float_dtype(dtype: str) -> bool:
         return False
 
 
-def check_size_and_shape(
-    shape: tuple[int, ...], name: str, max_size: int | None, check_shape: Callable[[tuple[int, ...]], None] | None
-) -> None:
+@dataclass(frozen=True)
+class ShapeRule:
+    """A mechanism's shape rule for one array argument, as data: :func:`float_input` checks it on
+    the argument itself, before anything is converted or copied (no callback into the caller).
+
+    ``shape``: the exact shape. ``last_axis``: the exact length of the last axis, named
+    ``last_axis_name`` in the message. ``max_log2``: the last axis is a power of two up to
+    ``2**max_log2``.
+    """
+
+    shape: tuple[int, ...] | None = None
+    last_axis: int | None = None
+    last_axis_name: str = ""
+    max_log2: int | None = None
+
+    def check(self, shape: tuple[int, ...], name: str) -> None:
+        if self.shape is not None and shape != self.shape:
+            raise ValueError(f"{name} must have shape {self.shape}, got {shape}")
+        if self.last_axis is not None and (not shape or shape[-1] != self.last_axis):
+            raise ValueError(
+                f"{name} must have a last axis of length {self.last_axis_name}={self.last_axis}, got shape {shape}"
+            )
+        if self.max_log2 is not None:
+            if not shape:
+                raise ValueError(f"{name} must have at least one axis")
+            n = shape[-1]
+            if n < 1 or n & (n - 1):
+                raise ValueError(f"{name} must have a power-of-two length along its last axis, got {n}")
+            if n > 1 << self.max_log2:
+                raise ValueError(f"{name} is too long: the last axis must be at most 2**{self.max_log2}, got {n}")
+
+
+def check_size_and_shape(shape: tuple[int, ...], name: str, max_size: int | None, check_shape: ShapeRule | None) -> None:
     """The size and shape rules of :func:`float_input`, on a shape alone (nothing is read)."""
     size = math.prod(shape)
     if size == 0:
@@ -267,14 +200,14 @@ def check_size_and_shape(
             check_size(size, f"{name}.size")
         raise ValueError(f"{name} has {size} elements, more than the {max_size} allowed")
     if check_shape is not None:
-        check_shape(tuple(shape))
+        check_shape.check(tuple(shape), name)
 
 
 def float_input(
     x: Any,
     name: str,
     *,
-    check_shape: Callable[[tuple[int, ...]], None] | None = None,
+    check_shape: ShapeRule | None = None,
     max_size: int | None = MAX_STREAM_ELEMENTS,
     check_finite: bool = True,
     allow_float64: bool = True,
@@ -284,7 +217,7 @@ def float_input(
     ``allow_float64``).
 
     The dtype's kind, the size (at least 1, at most ``max_size``; None for no cap) and,
-    when given, ``check_shape(shape)`` are checked on ``x`` itself, BEFORE anything is
+    when given, the :class:`ShapeRule` ``check_shape`` are checked on ``x`` itself, BEFORE anything is
     converted or copied: a zero-stride view of 2**35 elements is refused at once instead of
     being made contiguous first. On a GPU the finiteness scan waits for the caller's stream.
     """

@@ -39,11 +39,8 @@ __all__ = ["fwht", "RandomizedHadamard", "MAX_FWHT_LOG2"]
 MAX_FWHT_LOG2 = 30
 
 
-def _check_last_axis(shape: tuple[int, ...]) -> None:
-    """fwht's shape rule for ``x``, checked before ``x`` is converted or copied."""
-    if not shape:
-        raise ValueError("x must have at least one axis")
-    _check_length(shape[-1], "x")
+#: fwht's shape rule for ``x``, checked before ``x`` is converted or copied.
+_FWHT_SHAPE = _arrays.ShapeRule(max_log2=MAX_FWHT_LOG2)
 
 
 def _inplace_target(x: Any, a: Array) -> Array:
@@ -187,12 +184,12 @@ def fwht(x: Any, *, normalize: bool = True, inplace: bool = False, backend: str 
         raise ValueError("x must have at least one axis")
     if inplace:
         target = _inplace_target(x, a)
-        _arrays.float_input(target, "x", max_size=None, check_shape=_check_last_axis, check_finite=False)
+        _arrays.float_input(target, "x", max_size=None, check_shape=_FWHT_SHAPE, check_finite=False)
         _fwht_inplace(kernels, target, target.shape[-1], bool(normalize))
         _bump_version(x)
         return x
     # Shape and dtype checked before any copy; finiteness below, with the bound on max|x|.
-    src = _arrays.float_input(a, "x", max_size=None, check_shape=_check_last_axis, check_finite=False)
+    src = _arrays.float_input(a, "x", max_size=None, check_shape=_FWHT_SHAPE, check_finite=False)
     n = src.shape[-1]
     # One scan of x rules out NaN, infinity and overflow at once; only an x beyond the bound
     # is checked for NaN and infinity, and its result scanned.
@@ -293,7 +290,7 @@ class RandomizedHadamard:
         a = _arrays.read(x, name)
         kernels = _dispatch.select(backend, a, name)
         cols, what = (self._n, "padded_dim") if inverse else (self._dim, "dim")
-        src = _arrays.float_input(a, name, max_size=None, check_shape=self._shape_check(name, cols, what))
+        src = _arrays.float_input(a, name, max_size=None, check_shape=_arrays.ShapeRule(last_axis=cols, last_axis_name=what))
         out = _arrays.empty(src, src.shape[:-1] + ((self._dim,) if inverse else (self._n,)), src.dtype)
         kernels.randomized_hadamard(src, out, self._dim, self._n, self._seed, self._group, self._repeats, inverse)
         _arrays.require_finite(
@@ -303,12 +300,3 @@ class RandomizedHadamard:
         )
         return out.result()
 
-    @staticmethod
-    def _shape_check(name: str, cols: int, what: str) -> Any:
-        """The last-axis rule for ``name``, run by _arrays.float_input before anything is copied."""
-
-        def check(shape: tuple[int, ...]) -> None:
-            if not shape or shape[-1] != cols:
-                raise ValueError(f"{name} must have a last axis of length {what}={cols}, got shape {shape}")
-
-        return check

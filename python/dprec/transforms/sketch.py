@@ -42,16 +42,6 @@ _MAX_COLS = 0xFFFFFFFF  # buckets are (w * cols) >> 32 with a 32-bit cols
 MAX_GPU_MEDIAN_ROWS: int = _dispatch.kernels("cuda").max_median_rows
 
 
-def _shape_check(name: str, shape: tuple[int, ...]) -> Any:
-    """The exact-shape rule for ``name``, run by _arrays.float_input before anything is converted or copied."""
-
-    def check(got: tuple[int, ...]) -> None:
-        if tuple(got) != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {tuple(got)}")
-
-    return check
-
-
 class CountSketch:
     """A linear count-sketch with Philox-derived buckets and signs.
 
@@ -161,7 +151,7 @@ class CountSketch:
         o = _arrays.read(out, "out") if out is not None else None
         _arrays.same_device([("x", a), ("out", o)])
         kernels = _dispatch.select(backend, a, "x")
-        src = _arrays.float_input(a, "x", check_shape=_shape_check("x", (self._dim,)))  # before any copy
+        src = _arrays.float_input(a, "x", check_shape=_arrays.ShapeRule(shape=(self._dim,)))  # before any copy
         table = _arrays.output(o, self.shape, ("float32", "float64") if o is not None else (src.dtype,), like=src,
                                like_name="x", zero=True)
         kernels.count_sketch_encode(src, self._seed, self._group, self._rows, self._cols, self.scale, table)
@@ -193,7 +183,7 @@ class CountSketch:
             raise ValueError(f"method must be 'mean' or 'median', got {method!r}")
         a = _arrays.read(table, "table")
         kernels = _dispatch.select(backend, a, "table")
-        t = _arrays.float_input(a, "table", check_shape=_shape_check("table", self.shape))  # before any copy
+        t = _arrays.float_input(a, "table", check_shape=_arrays.ShapeRule(shape=self.shape))  # before any copy
         limit = getattr(kernels, "max_median_rows", None)
         if method == "median" and limit is not None and self._rows > limit:
             raise ValueError(
