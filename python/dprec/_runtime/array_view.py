@@ -108,40 +108,33 @@ class Array:
     def flat(self, start: int, size: int) -> Array:
         """Elements ``start .. start + size - 1`` in flat (C) order, as a 1-D view (no copy)."""
         if self.on_gpu:
-            return Array(
-                self.obj,
-                None,
-                self.offset(start),
-                (size,),
-                self.dtype,
-                self.device,
-                self.stream,
-                self.framework,
-                self.readonly,
-                self.keepalive,
-            )
+            return self._device_view(self.offset(start), (size,))
         assert self.host is not None
-        view = self.host.reshape(-1)[start : start + size]
-        return Array(view, view, 0, (size,), self.dtype, HOST, 0, "numpy", self.readonly)
+        return self._host_view(self.host.reshape(-1)[start : start + size])
 
     def reshaped(self, shape: tuple[int, ...]) -> Array:
         """The same memory with another shape of the same size (no copy)."""
         if self.on_gpu:
-            return Array(
-                self.obj,
-                None,
-                self.ptr,
-                tuple(shape),
-                self.dtype,
-                self.device,
-                self.stream,
-                self.framework,
-                self.readonly,
-                self.keepalive,
-            )
+            return self._device_view(self.ptr, tuple(shape))
         assert self.host is not None
-        view = self.host.reshape(shape)
-        return Array(view, view, 0, tuple(shape), self.dtype, HOST, 0, "numpy", self.readonly)
+        return self._host_view(self.host.reshape(shape))
+
+    def _device_view(self, ptr: int, shape: tuple[int, ...]) -> Array:
+        return Array(
+            self.obj,
+            None,
+            ptr,
+            shape,
+            self.dtype,
+            self.device,
+            self.stream,
+            self.framework,
+            self.readonly,
+            self.keepalive,
+        )
+
+    def _host_view(self, view: np.ndarray) -> Array:
+        return Array(view, view, 0, tuple(view.shape), self.dtype, HOST, 0, "numpy", self.readonly)
 
     def result(self) -> Any:
         """What a public function returns for this array: the NumPy array on the host, the

@@ -134,11 +134,11 @@ from .._runtime.updates import Tree, check_weights, flatten, leaf_arrays, messag
 from .._runtime.validation import check_bits, check_int, check_positive, check_seed, os_seed, private_rng
 from ..constants import DEFAULT_BITS, MAX_STREAM_ELEMENTS
 from . import kernels as rec
-from .message import (
+from .message import (  # the wire format's constants stay importable here, as from dprec.codec before
     _MAX_GROUPS,
-    FLAG_UNIFORM_BITS,
-    FORMAT_VERSION,
-    MAGIC,
+    FLAG_UNIFORM_BITS,  # noqa: F401
+    FORMAT_VERSION,  # noqa: F401
+    MAGIC,  # noqa: F401
     DPRECMessage,
     Layout,
     LayoutGroup,
@@ -148,17 +148,7 @@ from .message import (
 if TYPE_CHECKING:  # dprec.accounting needs SciPy: imported lazily by the accounting methods
     from ..accounting import DPRECAccounting, DPRECRoundAccountant
 
-__all__ = [
-    "DPRECCodec",
-    "DPRECMessage",
-    "EncodeInfo",
-    "Layout",
-    "LayoutGroup",
-    "DEFAULT_BITS",
-    "FORMAT_VERSION",
-    "MAGIC",
-    "FLAG_UNIFORM_BITS",
-]
+__all__ = ["DPRECCodec", "EncodeInfo", "DEFAULT_BITS"]  # the wire format's names: dprec.rec.message
 
 # Above this norm a float64 update is scaled before the logits so that no dot product overflows.
 _PRESCALE_NORM = 1e200
