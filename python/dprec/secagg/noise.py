@@ -104,7 +104,8 @@ def sample_discrete_gaussian(
     total-variation distance to the exact law is below ``exp(-2**27)``.
 
     Randomness: element ``i`` reads Philox stream ``(seed, i mod 2**32, i >> 32, domain 5)``
-    (module docstring); results do not depend on the thread count.
+    (see *Randomness contract and wire formats* in the docs); results do not depend on the
+    thread count.
 
     References
     ----------
