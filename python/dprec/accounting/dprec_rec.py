@@ -133,7 +133,7 @@ def dprec_forward_rdp(clip_multiplier: float, sampling_rate: float, orders: Any 
     Gaussian RDP with noise multiplier ``1/c`` (Mironov, Talwar and Zhang 2019, integer case).
     This is the step of ``sampling="with_replacement"`` (``q = 1/N``); it is *not* the cost of a
     Poisson round, where an unsampled client sends nothing rather than a draw from ``p`` (see
-    :mod:`dprec.accounting.dprec_rec`).
+    *Which guarantee do I have?*, 4.2, in the docs).
 
     Parameters
     ----------
@@ -865,7 +865,7 @@ def dprec_step_rdp(
 
     Returns ``(forward, reverse)``: bounds on ``D_a(P || P')`` and ``D_a(P' || P)`` of one step,
     where ``P`` is the observer's view with the target client and ``P'`` its neighbour (see
-    :mod:`dprec.accounting.dprec_rec`, "Sound accounting"). Both are ``inf`` arrays where no bound is
+    *Which guarantee do I have?*, section 4, in the docs). Both are ``inf`` arrays where no bound is
     proved (``threat_model="server"`` with ``relation="add_remove"``; ``"messages"``/``"central"``
     with add/remove under Poisson or without-replacement sampling).
 
@@ -1652,7 +1652,7 @@ class DPRECRoundAccountant:
     ``bits=None`` the Gaussian variant); an unsampled client sends nothing, so unlike DP-FedAvg
     there is no sampled-Gaussian amplification against the server.
     Checks the bits up front for a planned ``rounds`` and before every :meth:`step` composes:
-    ``method="paper"`` applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`),
+    ``method="paper"`` applies the bit-width rule (see *Which guarantee do I have?*, section 5),
     ``"central"`` with ``bits`` takes the better of two routes (the Gaussian curves plus REC's
     total-variation cost, or the message observer's bound, which holds centrally by
     post-processing), so it needs no check either; nor do the server and message observers::

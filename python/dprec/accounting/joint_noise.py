@@ -16,12 +16,8 @@ at rate q with noise multiplier ``sigma_total`` (Mironov, Talwar and Zhang 2019,
 (eps, delta) with Mironov's ``eps = min_a [RDP(a) + log(1/delta)/(a-1)]`` (Renyi DP, 2017,
 Proposition 3) by default.
 
-Reproduction (the paper's Table 1: Poisson rate 0.1, delta = 1e-5, each local model calibrated to
-eps = 5, then N models averaged; "1 epoch" = 1/q = 10 steps, "5 epochs" = 50 steps): with the
-default orders (the integers 2..256) every eps in the table is reproduced within 0.01 and every
-printed sigma_total within its rounding (tests/accounting/test_joint_noise.py). With a finer grid
-of fractional orders the 5-epoch rows move by up to 0.02 (calibration finds a slightly smaller
-sigma), i.e. the paper's numbers were evidently computed on integer orders.
+With the default orders (the integers 2..256) it reproduces the paper's Table 1 (see *Privacy
+accounting* in the docs).
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ __all__ = [
     "sigma_total_equal",
 ]
 
-#: The integers 2..256 (these reproduce the paper's Table 1; see the module docstring).
+#: The integers 2..256 (these reproduce the paper's Table 1; see *Privacy accounting* in the docs).
 JOINT_NOISE_DEFAULT_ORDERS: np.ndarray = np.arange(2.0, 257.0)
 
 

@@ -175,7 +175,8 @@ def pack(indices: Any, levels: Any, *, backend: str = "auto") -> np.ndarray:
     Index ``i`` (flat C order) occupies bits ``[i b, (i + 1) b)`` of the payload, least
     significant bit first; bit ``t`` of the payload is bit ``t % 8`` of byte ``t // 8`` (the
     payload read as a little-endian integer is ``sum_i indices[i] << (i b)``), and the padding
-    bits of the last byte are 0. See :mod:`dprec.reference.qmgeo` for a worked example.
+    bits of the last byte are 0. *Randomness contract and wire formats* in the docs has a worked
+    example.
 
     Parameters
     ----------
