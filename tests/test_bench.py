@@ -30,7 +30,7 @@ def _check_report(text: str) -> None:
     assert "native" in text and "NumPy ref*" in text and "PyTorch" in text
     assert "LLR/gen" in text and "dec/gen" in text
     assert "ISA:" in text and "threads:" in text
-    assert "SPEC targets at" in text
+    assert "Performance targets at" in text
     assert "agreement native vs reference" in text
     agreement = [line for line in text.splitlines() if line.startswith("agreement native vs reference")]
     assert len(agreement) == 1

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench",
         help="print this machine's DP-REC encode throughput table and a native-vs-reference agreement check",
         description="DP-REC encode/decode throughput on this machine, against PyTorch and the NumPy reference "
-        "(SPEC §8 targets marked PASS/MISS), then a native-versus-reference agreement line.",
+        "(the performance targets marked PASS/MISS), then a native-versus-reference agreement line.",
     )
     bench.add_arguments(p_bench)
     p_demo = sub.add_parser(

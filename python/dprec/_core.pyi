@@ -78,7 +78,7 @@ def mod_lift(
     x: _U32 | _U64, bits: int, scale: float, out: npt.NDArray[np.int64] | _F64 | _F32
 ) -> None: ...
 
-# -- QMGeo quantization and index packing (SPEC §5) ------------------------------------------
+# -- QMGeo quantization and index packing ----------------------------------------------------
 
 def qmgeo_quantize(
     w: _F32 | _F64, seed: int, group: int, w_max: float, levels: int, p: float, out: npt.NDArray[np.uint16]

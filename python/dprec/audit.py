@@ -4,7 +4,7 @@
 the clip ``C``) and on its neighbour (a zero update for ``relation="zero"``; the target client
 absent for ``relation="add_remove"``), applies a distinguishing test for the observer of the chosen
 threat model, and turns the test's error rates into a statistical lower bound on epsilon at the
-given delta. The bound is reported beside the epsilon dprec's accounting claims for exactly the
+given delta. The bound is reported beside the epsilon dprec's accounting gives for exactly the
 audited mechanism (one round, one message per client)::
 
     from dprec.audit import audit
@@ -14,71 +14,18 @@ audited mechanism (one round, one message per client)::
 
 Or from the shell: ``dprec audit --mechanism dprec --threat-model server --trials 20000 --json``.
 
-What runs
----------
-Every mechanism runs through its public code path with its own private randomness from the
-operating system's entropy source, exactly as the product does; ``seed`` seeds only the audit's
-*driver* (the split of trials into halves, the public SecAgg rotation seed), never the mechanism's
-noise. So two runs with the same ``seed`` give slightly different bounds; the guarantee is
-statistical (see *Statistics*).
+Mechanisms: ``"dprec"`` (:class:`dprec.rec.codec.DPRECCodec`), ``"gaussian"`` (DP-FedAvg's
+server-side Gaussian; ``"central"`` only), ``"ddg"`` and ``"skellam"`` (the
+:mod:`dprec.secagg` pipelines; every observer sees only the modular sum) and ``"qmgeo"``
+(:class:`dprec.qmgeo.QMGeoCodec`, with inputs strictly between levels). Each runs with its own
+private randomness from the operating system's entropy source, exactly as the product does;
+``seed`` seeds only the audit's driver, so two runs with the same ``seed`` give slightly
+different bounds. The result (:class:`AuditResult`) holds the lower bound (``epsilon_lower``), the
+accounted and claimed epsilons, how they were obtained (``accounted_note``), the test and its
+error rates, and ``consistent``.
 
-``"dprec"``
-    :class:`dprec.rec.codec.DPRECCodec` with ``max_group_size = dim``: one encode of a long vector
-    runs many independent trials at once, one group of ``dim`` elements (its own Philox group id,
-    so its own candidates) and ``K = 2**bits`` candidates per trial, the native logits kernel and
-    the Gumbel-max with OS-entropy Gumbel noise; the message seed comes from OS entropy too. The
-    codec's global clip is set so that it never binds: every group has norm exactly ``C = c sigma``.
-``"gaussian"``
-    DP-FedAvg's server-side Gaussian: the sum of the clients' clipped updates plus
-    ``N(0, (C / c)^2 I)`` from an OS-seeded NumPy Generator (as :mod:`dprec.compare.demo` does). Only the
-    ``"central"`` threat model has a guarantee (the server sees raw updates).
-``"ddg"``, ``"skellam"``
-    :class:`dprec.secagg.DDGPipeline` / :class:`dprec.secagg.SkellamPipeline`: each of
-    ``num_clients`` clients encodes (clip, rotation, conditional rounding, discrete noise share of
-    standard deviation ``C / (c sqrt(n))``, modular reduction); the observer sees only the modular
-    sum, whatever the threat model.
-``"qmgeo"``
-    :class:`dprec.qmgeo.QMGeoCodec`; the canary puts every one of the ``dim`` coordinates at a value
-    strictly between two levels, the zero update at 0 (also between levels for even ``levels``),
-    so the accounting of the two inputs is finite (over the whole interval it is infinite).
-
-Observers and tests
--------------------
-``"server"`` sees one attributed message of the target: for DP-REC the exact likelihood-ratio
-score of the chosen index, ``l_k - logsumexp(l) + log K`` (the observer recomputes the logits of the
-canary from the public seed); for QMGeo the exact log-likelihood ratio of the levels. ``"messages"``
-sees the unattributed messages of one round (the target and ``num_clients - 1`` clients sending zero
-updates): the maximum of the per-message scores. ``"central"`` sees the decoded aggregate: its
-projection on the canary direction. For SecAgg mechanisms every observer sees the modular sum:
-the projection of its decode on the canary direction.
-
-Statistics
-----------
-The canary and neighbour runs are each split in two halves by the driver. On the first halves the
-audit picks the threshold ``t`` of the rule "canary if score > t" and one of the two inequalities of
-(epsilon, delta)-DP, ``P1(E) <= e^eps P0(E) + delta`` with ``E = {score > t}`` or
-``P0(E) <= e^eps P1(E) + delta`` with ``E = {score <= t}``, that maximise the bound there. On the
-second halves, with one-sided Clopper-Pearson bounds each at level ``alpha / 2`` (``alpha = 1 -
-confidence``; a union bound makes both hold together with probability ``1 - alpha``):
-``eps_lb = log((1 - delta - FNR_upper) / FPR_upper)`` (or the same with the roles of the errors
-swapped for the second inequality), clamped at 0. Only one (threshold, inequality) pair is tested on
-the second halves, so no multiple-testing correction is needed inside one audit; ``k`` audits that
-must all hold need ``confidence = 1 - alpha / k`` each.
-
-The accounted epsilon
----------------------
-``epsilon_accounted`` is dprec's accounting of exactly the audited mechanism (one round, every
-client sending one message) under the threat model and relation. For DP-REC with its ``bits``:
-against ``"server"`` and ``"messages"`` REC's messages are bounded as sent (seed and index
-visible, ``K = 2^bits`` candidates), a finite epsilon at any bits; against ``"central"`` REC's
-total-variation cost ``12 exp(c^2) / 2^b`` per message must be paid out of delta, which the small
-``K`` an audit can afford (``bits = 7``) cannot, so the accounted epsilon is ``inf`` there (with
-the reason in ``accounted_note``). ``epsilon_claimed`` is, for DP-REC, the bound of the Gaussian
-mechanism DP-REC simulates (the same accounting with ``bits=None``): a reference, never above the
-accounted epsilon and not a proved bound for REC's messages. ``consistent`` compares the lower
-bound with the accounted epsilon where it is finite (a lower bound above it means the accounting or
-the implementation is wrong), else with the claimed one; for every other mechanism the two are
-equal.
+See *Which guarantee do I have?*, section 7 (*The empirical audit*), in the documentation for
+what each mechanism runs, the observers' tests, the statistics, and results.
 """
 
 from __future__ import annotations
@@ -165,7 +112,7 @@ class AuditResult:
         ``accounted_note``).
     epsilon_claimed : float
         ``epsilon_accounted``, except for DP-REC, where it is the Gaussian variant's accounting
-        (``bits=None``), at most the accounted epsilon: a reference (module docstring).
+        (``bits=None``), at most the accounted epsilon: a reference (see the docs' audit section).
     accounted_note : str
         How the accounted epsilon was obtained (and why it is infinite, where it is).
     delta, confidence : float

@@ -1,4 +1,4 @@
-"""DP-REC encode/decode throughput on this machine (``dprec bench``), SPEC §8.
+"""DP-REC encode/decode throughput on this machine (``dprec bench``) against the performance targets (see *Benchmarks* in the docs).
 
 Everything in the table is measured in one run, so the ratios compare like with like:
 
@@ -38,7 +38,7 @@ import numpy as np
 
 __all__ = ["BenchConfig", "BenchRow", "Agreement", "run_bench", "format_report", "median_time", "main"]
 
-#: SPEC §8 targets at d = 2**20, K = 2**7 (CPU, 2-core machine).
+#: The performance targets (*Benchmarks* in the docs) at d = 2**20, K = 2**7 (CPU, 2-core machine).
 TARGET_D_LOG2 = 20
 TARGET_BITS = 7
 TARGET_VS_TORCH = 6.0
@@ -513,7 +513,7 @@ def _mark(value: float | None, target: float, higher_is_better: bool) -> str:
 
 
 def target_row(result: BenchResult) -> BenchRow | None:
-    """The row the SPEC §8 targets are read at: d = 2**20, K = 2**7, else the largest d at K = 2**7."""
+    """The row the performance targets are read at: d = 2**20, K = 2**7, else the largest d at K = 2**7."""
     rows = [r for r in result.rows if r.bits == TARGET_BITS] or list(result.rows)
     if not rows:
         return None
@@ -581,8 +581,8 @@ def format_report(result: BenchResult) -> str:
     if tr is not None:
         where = f"d=2^{tr.d_log2}, K=2^{tr.bits}"
         if tr.d_log2 != TARGET_D_LOG2 or tr.bits != TARGET_BITS:
-            where += f" (the spec's size is d=2^{TARGET_D_LOG2}, K=2^{TARGET_BITS}: not measured in this run)"
-        lines.append(f"SPEC targets at {where}:")
+            where += f" (the targets' size is d=2^{TARGET_D_LOG2}, K=2^{TARGET_BITS}: not measured in this run)"
+        lines.append(f"Performance targets at {where}:")
         checks = [
             ("native / PyTorch", tr.vs_torch, f">= {TARGET_VS_TORCH:g}x", TARGET_VS_TORCH, True),
             ("native / NumPy reference", tr.vs_numpy, f">= {TARGET_VS_NUMPY:g}x", TARGET_VS_NUMPY, True),

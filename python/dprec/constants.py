@@ -1,10 +1,10 @@
-"""Constants of the wire and randomness contracts (SPEC §2-3)."""
+"""Constants of the wire and randomness contracts (see *Randomness contract and wire formats* in the docs)."""
 
 #: Version of the uint32 -> standard-normal transform. It is part of the wire format:
 #: changing the transform changes what a seed decodes to.
 NORMAL_TRANSFORM_VERSION = 1
 
-#: Philox counter domains (SPEC §2).
+#: Philox counter domains.
 DOMAIN_REC = 0
 DOMAIN_SKETCH_BUCKET = 1
 DOMAIN_SKETCH_SIGN = 2

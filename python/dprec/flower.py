@@ -9,7 +9,7 @@ Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp
     client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
     codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
     strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
-    # or the wrapper samples each node with probability 0.1 (Poisson sampling; see Accounting)
+    # or the wrapper samples each node with probability 0.1 (Poisson sampling)
     strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
 
 Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
@@ -17,111 +17,23 @@ Nothing else changes: the ``@app.train()`` function still returns its trained ar
 ``strategy.start(grid=grid, initial_arrays=..., num_rounds=...)`` still returns Flower's
 ``Result``. Requires ``flwr >= 1.22`` (``pip install "dprec[flower]"``).
 
-What travels
-------------
-Server to client (train messages only): the wrapped strategy's message, whose
-``ConfigRecord`` also carries the codec parameters (no seed, no private randomness):
+* The server's train config carries the codec's parameters (:func:`codec_config`, keys
+  :data:`CONFIG_SIGMA`, :data:`CONFIG_CLIP_MULTIPLIER`, :data:`CONFIG_BITS`,
+  :data:`CONFIG_MAX_GROUP_SIZE`); :func:`make_dprec_mod` makes a mod that refuses a larger
+  ``clip_multiplier`` than the client accepts.
+* :func:`dprec_mod` replaces the reply's ``ArrayRecord`` by a ``ConfigRecord`` named
+  :data:`RECORD_KEY` holding the :meth:`DPRECMessage.to_bytes` blob under :data:`MESSAGE_KEY`;
+  the update is ``reply - global`` of the floating-point arrays. The client's diagnostics stay in
+  ``context.state`` under :data:`STATE_KEY`.
+* :class:`DPRECStrategy` decodes and averages the replies in one pass (uniform weights unless
+  ``weighted_by_key``), applies the mean, and accounts each round with ``sampling=``
+  (:data:`STRATEGY_SAMPLING`), ``threat_model`` (default ``"server"``), ``relation`` (default
+  ``"zero"``) and ``method="sound"``; the per-round metrics carry ``"dprec-epsilon"`` and
+  ``"dprec-epsilon.<threat model>.<relation>"``, and :attr:`DPRECStrategy.history` the rounds
+  (:class:`DPRECRound`).
 
-``"dprec.sigma"`` (float)
-    :attr:`DPRECCodec.sigma`.
-``"dprec.clip-multiplier"`` (float)
-    :attr:`DPRECCodec.clip_multiplier`.
-``"dprec.bits"`` (int or str)
-    Bits per group; a per-tensor mapping travels as a JSON object (a str).
-``"dprec.max-group-size"`` (int)
-    :attr:`DPRECCodec.max_group_size`; absent for ``None``.
-
-Client to server: :func:`dprec_mod` replaces the reply's ``ArrayRecord`` by a
-``ConfigRecord`` named :data:`RECORD_KEY` (``"dprec"``) that holds the
-:meth:`DPRECMessage.to_bytes` blob as a ``bytes`` value under :data:`MESSAGE_KEY`
-(``"dprec.message"``): Flower's own record types, no pickled or ``.npy`` arrays. The
-reply's ``MetricRecord`` is passed on unchanged.
-
-The update and what the server keeps
-------------------------------------
-The update is ``reply - global`` of the real floating-point arrays of the global
-``ArrayRecord`` (float16, float32, float64); other arrays (integer buffers such as
-``num_batches_tracked``, booleans) are not sent back: the server keeps its own. The
-server decodes and averages every client's message in one pass (:meth:`DPRECCodec.aggregate`)
-and sets ``global = global + mean`` for the floating arrays, in their dtype.
-
-The mean is *uniform* (each client weighs ``1/n``, ``n`` the messages received): DP-REC's
-accounting assumes data-independent weights, so the wrapper does not weight by
-``"num-examples"`` unless ``weighted_by_key`` is given. Under Poisson sampling ``n`` is the
-realised number of messages, which varies from round to round; DP-REC's guarantee covers each
-client's message, and the mean of the received messages is post-processing of them.
-Training metrics are aggregated by the wrapped strategy
-(``train_metrics_aggr_fn``) and, like Flower's DP wrappers, are not covered by the guarantee.
-
-Accounting
-----------
-``sampling=`` of :class:`DPRECStrategy` says who selects the nodes, and so which bound applies.
-Both bounds are rigorous; neither is the sampled-Gaussian bound of DP-FedAvg, whose noise the
-server adds to the sum: in DP-REC the noise travels inside each client's message.
-
-``"without_replacement"`` (default)
-    The wrapped strategy selects: Flower's ``FedAvg`` samples ``B`` distinct nodes out of the
-    ``N`` connected ones each round. The wrapper records ``B`` (train messages sent) and ``N``
-    in :meth:`DPRECStrategy.configure_train`, and steps a :meth:`DPRECCodec.accountant` with
-    ``sampling="without_replacement"`` once per round in which messages were received. A client
-    is drawn with probability ``q = B / N`` and otherwise sends nothing, and the server knows
-    which node sent each message, so a round costs a client exactly what a Poisson round at
-    ``q`` costs (below).
-``"poisson"``
-    The wrapper selects: every connected node (``grid.get_node_ids()``) takes part in a round
-    independently with probability ``sampling_rate``, drawn from the OS entropy source; the
-    wrapped strategy builds the train messages for exactly those nodes (its ``fraction_train``
-    and ``min_train_nodes`` are not used; its ``min_available_nodes`` is still waited for).
-    Every round is composed at rate ``q = sampling_rate`` with the accountant's
-    ``sampling="poisson"`` bound, whether or not any node was selected or replied: the round's
-    sampling happened, and an empty round is part of the mechanism's output. A node that is not
-    selected sends no message at all, so a round costs a client
-    ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)`` at order ``a``: there is no sampled-Gaussian
-    amplification as for DP-FedAvg. A round that selects no node sends no train message; the
-    wrapper then returns the global arrays unchanged, with the ``"dprec-*"`` metrics
-    (``"dprec-clients"`` = 0).
-
-For example (``dprec.accounting.dprec_epsilon(..., bits=None)``, overhead omitted),
-``T = 1000`` rounds, ``B = 10`` of ``N = 100`` clients per round (``q = 0.1``), ``c = 0.5``,
-``delta = N^-1.1``: epsilon 32.38 either way (``threat_model="server"``, ``relation="zero"``,
-both tails). The two modes give the same guarantee at ``q = B / N``; Poisson sampling allows
-rates that are not a multiple of ``1 / N``. Both bounds hold against the server, which sees every message and who sent it. (Wang, Balle and
-Kasiviswanathan's bound for sampling without replacement covers only mechanisms symmetric in
-the clients, such as DP-FedAvg's noisy sum, so it is not used.)
-
-``N`` is the number of nodes connected when the first round is configured, unless it is given
-as ``num_clients=``; give it when the population is known. Without replacement, give ``FedAvg``
-a ``min_available_nodes`` equal to the population, otherwise ``N`` may be undercounted: that
-only overstates epsilon, but a later round in which ``FedAvg`` samples more than ``N`` nodes
-(more nodes connected) is refused by :meth:`DPRECStrategy.configure_train` with a ``ValueError``
-before any message is sent. ``FedAvg`` sizes its sample from the nodes connected at that
-moment, so ``min_train_nodes`` fixes ``B``.
-Under Poisson sampling epsilon depends on ``q`` only; ``N`` enters through the ``ceil(q N)``
-messages per round counted in the central total-variation cost (a warning is logged if more
-nodes connect later).
-Epsilon is logged with Flower's logger after every round, together with whom it holds against:
-``DPRECStrategy(threat_model=..., relation=..., method=...)`` are passed to the accountant
-unchanged (defaults ``"server"``, ``"zero"``, ``"sound"``: a Flower server knows which node sent
-each message, and zero-out, a client's update against a zero update, is the only relation with a
-bound against it), e.g. ``epsilon = 3.2 at delta = 1e-05 (threat model 'server', relation 'zero',
-sampling without replacement, rdp-balle, both tails)``. A combination without a bound
-(``relation="add_remove"`` against any observer here: an added client adds a message) is logged
-as ``inf`` with the reason. The per-round metrics carry ``"dprec-epsilon"`` (for ``relation``)
-and ``"dprec-epsilon.<threat model>.<relation>"`` for both relations (``inf`` where none is
-proved); :class:`DPRECRound` and :attr:`DPRECStrategy.guarantee` carry the rest (reasons,
-conversion). ``method="paper"`` (the paper's Algorithm 7) is defined only for clients sampled
-with replacement, which no Flower strategy does: it is refused (ValueError naming ``method``).
-What the bits must satisfy depends on the observer (REVISION 2/3 of the accounting, see
-``docs/privacy.md``): against ``"server"`` and ``"messages"`` REC's messages are bounded as sent
-(seed and index visible), so any bits work (fewer bits per group, a larger epsilon); against
-``"central"`` REC's total-variation cost ``eta = messages x groups x 12 exp(c^2) / 2^bits``
-is paid as ``(1 + e^eps) eta`` of delta, and a planned run whose ``2 eta`` reaches delta is
-refused (``ValueError`` naming ``bits``) when the first round is configured, before anything
-is sent.
-
-Clients' diagnostics (the update's norm before clipping and
-whether it was clipped) never leave the client: they are logged at DEBUG level on the
-client and kept in ``context.state`` (a local record) under :data:`STATE_KEY`.
+See the *Flower* page of the documentation for what travels, what the server keeps, and how each
+sampling mode is accounted.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shared Philox4x32-10 stream (SPEC §2), for users and tests to inspect.
+"""The shared Philox4x32-10 stream, for users and tests to inspect.
 
 A stream is named by ``(seed, substream, group, domain)``; element ``j`` of it is word
 ``j & 3`` of the block with counter ``(j >> 2, substream, group, domain)`` under the key

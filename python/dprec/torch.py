@@ -18,27 +18,16 @@ tied (shared) weight under every name it is reachable by. This module bridges th
     mean = codec.aggregate(blobs, dpt.decode_template(global_model))
     dpt.apply_update(global_model, mean)
 
-Rules shared by the three functions
------------------------------------
-* A *model* is a :class:`torch.nn.Module` (its ``state_dict()`` is used: parameters and
-  persistent buffers) or a state-dict-like ``Mapping[str, torch.Tensor]``.
-* Only floating-point entries with at least one element form the update. Floating
-  buffers such as BatchNorm's running statistics are included (the server averages them
-  like parameters); integer and boolean entries (``num_batches_tracked``) and empty
-  tensors are left out and reported in :attr:`ModelUpdate.skipped`.
-* Tied tensors: entries that are the same tensor (same storage, storage offset, shape,
-  stride and dtype; for example a decoder weight tied to an embedding) are one entry,
-  kept under its first name in ``state_dict`` order; the other names are aliases
-  (:attr:`ModelUpdate.aliases`, alias -> kept name). So each parameter is clipped,
-  encoded and updated once. Tensors that merely overlap (different views of one buffer)
-  are not aliases and count as separate entries.
-* Arithmetic is float32, or float64 for float64 entries; float16 and bfloat16 are
-  upcast before any subtraction or addition, and only the final write back to a
-  half-precision model rounds.
+A *model* is a :class:`torch.nn.Module` (its ``state_dict()``: parameters and persistent buffers)
+or a state-dict-like ``Mapping[str, torch.Tensor]``. Only floating-point entries with at least one
+element form the update (floating buffers such as BatchNorm's running statistics included);
+the others are reported in :attr:`ModelUpdate.skipped`. Tied tensors count once, under their first
+name (:attr:`ModelUpdate.aliases`). float16 and bfloat16 are upcast before any arithmetic.
 
 Importing :mod:`dprec` never imports PyTorch; importing this module does (install it
 pinned to the version you use, e.g. ``pip install "dprec[torch]" "torch==2.13.0"``: the extra
-only sets a lower bound, and an unpinned ``torch`` pulls the multi-GB CUDA build).
+only sets a lower bound, and an unpinned ``torch`` pulls the multi-GB CUDA build). See the
+*PyTorch* page of the documentation for the rules in full.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checks of the public API's scalar arguments (SPEC §7): integers in range, seeds, bits,
+"""Checks of the public API's scalar arguments (see *Bad input* in the docs): integers in range, seeds, bits,
 real numbers, and the client's private randomness. Array arguments are checked by
 :mod:`dprec._runtime.arrays`.
 
@@ -115,7 +115,7 @@ def private_rng(rng: np.random.Generator | None) -> np.random.Generator:
 
 def private_seed(rng: np.random.Generator | None) -> int:
     """A client-private 64-bit Philox seed: from ``rng`` when given (tests, reproducible runs),
-    else from the OS entropy source. Never a seed the server knows (SPEC §2)."""
+    else from the OS entropy source. Never a seed the server knows."""
     if rng is None:
         return os_seed()
     return int(private_rng(rng).integers(0, 1 << 64, dtype=np.uint64))

@@ -1,46 +1,37 @@
 """Privacy accounting for dprec (pure Python: NumPy and SciPy).
 
+Every result names the threat model it holds against (``"server"``, ``"messages"``,
+``"central"``) and the neighbouring relation (``"zero"``, ``"add_remove"``).
+
 Modules
 -------
-dprec.accounting.rdp
-    Sampled Gaussian RDP (Mironov, Talwar and Zhang 2019), the Gaussian on a sample drawn without
-    replacement (Wang, Balle and Kasiviswanathan 2019) and RDP -> (eps, delta) conversions
-    (Mironov 2017; Balle et al. 2020 / Canonne, Kamath and Steinke 2020).
 dprec.accounting.dprec_rec
-    The DP-REC accountant (Triastcyn, Reisser and Louizos, final version, Algorithm 7 and
-    Appendix B.2.2): central and local epsilon, delta, calibration of ``c = C / sigma``, for
-    clients sampled with replacement (the paper's model: each draw a mixture of the target's
-    message with the prior ``p``), by Poisson sampling or without replacement
-    (:data:`SAMPLING_SCHEMES`); :class:`DPRECRoundAccountant` for a server loop; the bit-width
-    rule (:class:`DPRECPrivacyWarning`, :func:`dprec_min_bits`). Under Poisson sampling an
-    unsampled client sends nothing, so with messages attributed to clients and the target's
-    update against a zero update, a round costs exactly
-    ``log(1 - q + q exp(a (a-1) c^2 / 2)) / (a-1)`` in either direction, against any observer
-    including the server: unlike DP-FedAvg (server-side noise), DP-REC gets no sampled-Gaussian
-    amplification from Poisson sampling.
+    DP-REC: central and local epsilon, delta, calibration of ``c = C / sigma`` for clients
+    sampled with replacement (the paper's model), by Poisson sampling or without replacement
+    (:data:`SAMPLING_SCHEMES`); :class:`DPRECRoundAccountant` for a server loop.
+dprec.accounting.rdp
+    Sampled Gaussian RDP (with and without replacement) and RDP -> (eps, delta) conversions.
 dprec.accounting.baselines
-    Tight baselines: the (sampled) Gaussian mechanism (DP-FedAvg, joint noise) under a threat
-    model, by PLD (``dp_accounting``, optional) or the improved RDP conversion.
+    The (sampled) Gaussian mechanism (DP-FedAvg, joint noise) under a threat model, by PLD
+    (``dp_accounting``, optional) or the improved RDP conversion.
 dprec.accounting.guarantee
-    Threat models (``"central"``, ``"messages"``, ``"server"``), neighbouring relations
-    (``"add_remove"``, ``"zero"``) and the result object :class:`PrivacyGuarantee` (with
-    :class:`LocalGuarantee`) that states whom a guarantee holds against.
+    Threat models, neighbouring relations and the result objects :class:`PrivacyGuarantee` and
+    :class:`LocalGuarantee`.
 dprec.accounting.accountant
     :class:`Accountant`, composing heterogeneous events (DP-REC steps, Gaussian, sampled
     Gaussian, DDG, Skellam, QMGeo, any RDP curve) like dp_accounting's ``RdpAccountant`` and
     Opacus' ``RDPAccountant``.
 dprec.accounting.joint_noise
-    Joint noise scaling through secure aggregation (Heikkila et al.): ``sigma_total`` and the
-    sampled-Gaussian accounting of S local steps per round over T rounds.
+    Joint noise scaling through secure aggregation (Heikkila et al.).
 dprec.accounting.qmgeo
-    QMGeo (Wang and Gursoy): the paper's eqs. (20), (23), (25)-(27), labelled as the paper's,
-    and the exact Renyi divergence of the corrected pmf of SPEC §5.
+    QMGeo (Wang and Gursoy): the paper's formulas, labelled as the paper's, and the exact Renyi
+    divergence of the implemented quantizer.
 dprec.accounting.discrete
-    Distributed discrete Gaussian (Kairouz, Liu and Steinke 2021; Chen et al. Theorem E.1) and
-    Skellam (Agarwal, Kairouz and Liu 2021): RDP, epsilon and noise calibration.
+    Distributed discrete Gaussian and Skellam: RDP, epsilon and noise calibration.
 
 Every function validates its parameters and raises ``ValueError`` (``TypeError`` for a wrong
 type) naming the offending parameter. SciPy is required (``pip install dprec[accounting]``).
+See the *Privacy accounting* and *Which guarantee do I have?* pages of the documentation.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Each helper returns the value converted to a plain Python ``float``/``int`` (or a float64
 NumPy array for orders) and raises ``ValueError`` (or ``TypeError`` for a wrong type) whose
-message names the offending parameter, as SPEC §7 requires. Booleans are rejected where a
-number is expected: ``True`` silently meaning 1 is a classic source of wrong privacy numbers.
+message names the offending parameter, as every public function does (see *Bad input* in the
+docs). Booleans are rejected where a number is expected: ``True`` silently meaning 1 is a classic
+source of wrong privacy numbers.
 """
 
 from __future__ import annotations

@@ -1,53 +1,25 @@
 """RDP of the distributed discrete Gaussian (DDG) and Skellam mechanisms; epsilon and calibration.
 
-Sources, and how far each formula was confirmed
------------------------------------------------
-**Distributed discrete Gaussian** -- Kairouz, Liu and Steinke, "The Distributed Discrete Gaussian
-Mechanism for Federated Learning with Secure Aggregation", ICML 2021 (arXiv:2102.06387), as
-restated in Chen, Choquette-Choo, Kairouz and Suresh, "The Fundamental Price of Secure
-Aggregation in Differentially Private Federated Learning" (papers/price-of-secagg_*),
-Theorem E.1 and Appendix H.1, with the errata of SPEC §4:
+Each of ``n`` clients scales its clipped vector by ``1/gamma`` (granularity ``gamma``), rounds it
+to the integers and adds integer noise; secure aggregation reveals only the sum.
 
-* each of n clients adds discrete Gaussian noise ``N_Z(0, sigma^2 / gamma^2)`` to its vector
-  scaled by ``1/gamma`` and rounded to the integers (granularity gamma);
-* ``tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 (sigma/gamma)^2 k / (k+1))``;
-* the sum is ``(1/2) eps^2``-concentrated DP (hence ``(a, a eps^2 / 2)``-RDP for every a > 1) with
-  ``eps = min{ sqrt(Delta2^2 / (n sigma^2) + tau d / 2),  Delta2 / (sqrt(n) sigma) + tau sqrt(d) }``
-  (Theorem E.1 prints ``Delta2 / sqrt(n sigma)``; SPEC §4 erratum: it is ``Delta2/(sqrt(n) sigma)``.
-  Theorem E.1's parenthetical "(alpha, eps^2/alpha)-RDP" is also a slip: rho-zCDP with
-  ``rho = eps^2 / 2`` means ``(a, a rho)``-RDP, Bun and Steinke 2016, Definition 1.1);
-* the L2 sensitivity after conditional randomized rounding with bias beta (Theorem E.1):
-  ``Delta2^2 = min{ c^2 + gamma^2 d / 4 + sqrt(2 log(1/beta)) gamma (c + gamma sqrt(d) / 2),
-  (c + gamma sqrt(d))^2 }`` (:func:`rounded_l2_sensitivity`).
+Distributed discrete Gaussian (Kairouz, Liu and Steinke 2021; Chen et al.'s Theorem E.1, with
+its errata)
+    :func:`ddg_rdp`, :func:`ddg_epsilon`, :func:`ddg_noise_for_epsilon`, :func:`ddg_guarantee`;
+    :func:`ddg_concentrated_epsilon` and :func:`ddg_tau` (Theorem E.1's terms);
+    :func:`rounded_l2_sensitivity`, the L2 sensitivity after conditional randomized rounding.
+Skellam (Agarwal, Kairouz and Liu 2021)
+    :func:`skellam_rdp`, :func:`skellam_epsilon`, :func:`skellam_noise_for_epsilon`,
+    :func:`skellam_guarantee`.
 
-  The original paper's statement of the same result is its Theorem 1; its per-order (RDP) form,
-  **confirmed only through a secondary source** (Google's ``distributed_dp/accounting_utils.py``
-  in google-research/federated, which cites "Proposition 14 / Eq. 17" of arXiv:2102.06387;
-  the paper text itself could not be consulted here), is the minimum of
-  ``a s2^2 / 2 + tau d``, ``(a/2)(s2^2 + 2 s1 tau + tau^2 d)`` and ``(a/2)(s2 + sqrt(d) tau)^2`` with
-  ``s1 = Delta1 / (sqrt(n) sigma)``, ``s2 = Delta2 / (sqrt(n) sigma)``. :func:`ddg_rdp` takes the
-  minimum of these and of the Theorem E.1 value. Every form is checked in the tests against the
-  exact Renyi divergence of a sum of n discrete Gaussians (1-D and 2-D, computed by
-  convolution), which it must upper-bound; that check passed for all parameters tried,
-  including tau-dominated ones (sigma/gamma down to 0.3).
+``sampling_rate < 1`` amplifies a curve by Zhu and Wang's (2019) general Poisson-subsampling
+bound, at integer orders only (other orders get ``inf``; :data:`DISCRETE_DEFAULT_ORDERS` are the
+integers 2..256). RDP is converted to (eps, delta) by
+:func:`dprec.accounting.rdp.rdp_to_epsilon` (``method="mironov"`` or ``"balle"``).
 
-**Skellam** -- Agarwal, Kairouz and Liu, "The Skellam Mechanism for Differentially Private
-Federated Learning", NeurIPS 2021 (arXiv:2110.04995). Adding symmetric Skellam noise of variance
-mu to an integer vector query with sensitivities Delta1, Delta2 is ``(a, eps(a))``-RDP with
-``eps(a) = a Delta2^2 / (2 mu) + min( ((2a - 1) Delta2^2 + 6 Delta1) / (4 mu^2), 3 Delta1 / (2 mu) )``
-(the paper's multi-dimensional Skellam RDP theorem, Theorem 3.5 as we recall the numbering -- the
-**theorem number is not confirmed**: the paper text was not available here; the formula was
-confirmed against the secondary source above, function ``_skellam_rdp``, and numerically: in the
-tests the bound is >= the exact Renyi divergence between shifted Skellam pmfs, computed with
-``scipy.stats.skellam``). With scaling (granularity gamma, scale ``s = 1/gamma``) the integer-domain
-quantities are ``s Delta`` and ``s^2 mu``. The sum of n clients' ``Sk`` noises is Skellam with the
-summed variance (closure under summation), so ``mu = n sigma^2`` for per-client std sigma.
-
-**Subsampling** -- Zhu and Wang (2019), general Poisson-subsampling bound, at integer orders
-(:mod:`dprec.accounting._subsampling`); non-integer orders get ``inf`` when ``sampling_rate < 1``.
-
-**Conversion** -- RDP to (eps, delta) by :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017,
-Proposition 3, or the tighter Balle et al. 2020 / Canonne et al. 2020 form, ``method="balle"``).
+See the *Privacy accounting* page of the documentation for the formulas, the errata in Theorem
+E.1, and how far each formula was confirmed (some only through a secondary source, all checked
+numerically against exact Renyi divergences).
 """
 
 from __future__ import annotations
@@ -263,7 +235,7 @@ def ddg_concentrated_epsilon(
     dim: int,
     granularity: float = 1.0,
 ) -> float:
-    """Chen et al., Theorem E.1 (Kairouz et al. 2021, Theorem 1), with the SPEC §4 erratum.
+    """Chen et al., Theorem E.1 (Kairouz et al. 2021, Theorem 1), with its erratum (see the docs).
 
     ``eps = min{ sqrt(Delta2^2 / (n sigma^2) + tau d / 2), Delta2 / (sqrt(n) sigma) + tau sqrt(d) }``;
     the summed mechanism is ``(1/2) eps^2``-concentrated DP, i.e. ``(a, a eps^2 / 2)``-RDP.
@@ -305,8 +277,8 @@ def ddg_rdp(
     """Per-step RDP of the (Poisson-sampled) distributed discrete Gaussian mechanism.
 
     Unsampled: the minimum of Theorem E.1's ``a eps^2 / 2`` (:func:`ddg_concentrated_epsilon`) and
-    the three per-order forms of Kairouz et al. Proposition 14 / eq. (17) (module docstring; the
-    latter confirmed via a secondary source only). Sampled (``sampling_rate < 1``): Zhu-Wang's
+    the three per-order forms of Kairouz et al. Proposition 14 / eq. (17) (see *Privacy
+    accounting* in the docs; the latter confirmed via a secondary source only). Sampled (``sampling_rate < 1``): Zhu-Wang's
     general Poisson-subsampling bound at integer orders, ``inf`` at the others.
 
     Parameters
@@ -455,7 +427,7 @@ def skellam_rdp(
 ) -> np.ndarray:
     """Per-step RDP of the (Poisson-sampled, distributed, scaled) Skellam mechanism.
 
-    Agarwal, Kairouz and Liu (2021), multi-dimensional Skellam RDP bound (module docstring), in
+    Agarwal, Kairouz and Liu (2021), multi-dimensional Skellam RDP bound (see *Privacy accounting* in the docs), in
     the integer domain ``s = 1/gamma``: with ``D2 = s Delta2``, ``D1 = s Delta1`` and total
     variance ``mu = s^2 n sigma^2``,
     ``eps(a) = a D2^2 / (2 mu) + min( ((2a - 1) D2^2 + 6 D1) / (4 mu^2), 3 D1 / (2 mu) )``.
@@ -529,7 +501,7 @@ def skellam_epsilon(
     ``"messages"`` and ``"server"`` see who (or how many) took part and get the participation mixture.
     :func:`skellam_guarantee` returns the full :class:`~dprec.accounting.guarantee.PrivacyGuarantee`.
 
-    Agarwal, Kairouz and Liu (2021), the multi-dimensional Skellam RDP bound (module docstring),
+    Agarwal, Kairouz and Liu (2021), the multi-dimensional Skellam RDP bound (see *Privacy accounting* in the docs),
     composed additively, converted by :func:`dprec.accounting.rdp.rdp_to_epsilon` (Mironov 2017,
     Prop. 3 by default). ``orders`` defaults to the integers 2..256.
     """

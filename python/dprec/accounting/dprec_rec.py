@@ -1,171 +1,42 @@
 """Privacy accounting for DP-REC (Triastcyn, Reisser and Louizos; final version).
 
-What is implemented
--------------------
-Algorithm 7 (Appendix B.2.2) with the Gaussian prior ``p = N(0, sigma^2 I)`` and client
-distribution ``q = N(phi, sigma^2 I)``, ``||phi|| <= C = c sigma``. Each of the ``T`` rounds samples
-``B`` clients *with replacement* from ``N``, so the accountant composes ``T * B`` steps, each a
-mixture ``mix = (1 - 1/N) p + (1/N) q`` (Section 3, "Privacy amplification"). For every Renyi
-order ``a = lambda + 1`` (integer, ``lambda >= 1``):
+Epsilon, delta and the calibration of ``c = C / sigma`` for a run of DP-REC: ``T`` rounds, ``B``
+of ``N`` clients per round, each update clipped to ``C = c sigma`` and sent as one REC message.
+Every result says whom it holds against and for which neighbouring relation.
 
-* forward term ``k_lambda = T B D_a(mix || p)``, by eq. (62) (an equality for Gaussians; the
-  ``<=`` only reflects the clipping ``||phi|| <= C``):
-  ``D_a(mix || p) = 1/(a-1) log E_{k ~ Bin(a, 1/N)} exp((k^2 - k) c^2 / 2)``;
-* reverse term ``m_lambda = T B D_a(p || mix)``, either ``reverse="bound"`` (``m <= k``, Mironov,
-  Talwar and Zhang 2019, restated as eq. (59)) or ``reverse="exact"``, computed numerically (see
-  :func:`dprec_reverse_rdp`);
-* ``rho = T B exp(D_2(q || p)) = T B exp(c^2)`` (eq. (57) at order 2) and the importance-sampling
-  overhead ``12 rho / 2^b`` (eq. (4), Agapiou et al. 2017), ``b`` = total bits of one client message;
-* ``eps = min_lambda [k_lambda + m_lambda - log(delta - 12 rho / 2^b) / lambda]`` (Algorithm 7,
-  last line; Theorem 1 solved for eps).
+Entry points
+------------
+:func:`dprec_epsilon`, :func:`dprec_delta`, :func:`dprec_calibrate`
+    A whole run: the guarantee for ``relation``, both relations in ``epsilons`` (``inf`` with a
+    reason in ``reasons`` where nothing is proved) and the local guarantee in ``local``.
+:func:`dprec_local_epsilon`
+    What one client's own messages reveal, with no sampling amplification.
+:class:`DPRECRoundAccountant`
+    Round-by-round composition for a server loop (``DPRECCodec.accountant`` makes one); ``B`` may
+    change from round to round, and ``T`` rounds of a constant ``B`` give :func:`dprec_epsilon`'s
+    numbers exactly.
+:func:`dprec_step_rdp`, :func:`rec_message_log_moments`, :func:`rec_total_variation`
+    The per-step Renyi curves and REC's per-message bounds behind them.
 
-Sound accounting (``method="sound"``, the default)
---------------------------------------------------
-Every DP-REC function takes ``threat_model`` (``"server"``: the observer knows which client sent
-each message, the default; ``"messages"``: it sees every message but not the sender;
-``"central"``: it sees only the aggregates) and ``relation`` (``"zero"``: one client's update
-replaced by a zero update, the default; ``"add_remove"``: one client added or removed). The result
-reports both relations (``epsilons``; ``inf`` with a reason in ``reasons`` where nothing is proved)
-and the local guarantee (``local``). The derivations, with the assumptions (clients keep no hidden
-state between rounds, fresh unlinkable seeds, public aggregation weights for ``"central"``), are in
-``docs/privacy.md``.
+Arguments the functions share: ``threat_model`` (``"server"``, the default: the observer knows
+which client sent each message; ``"messages"``: every message, not the sender; ``"central"``: the
+aggregates only), ``relation`` (``"zero"``, the default: the client's update against a zero update;
+``"add_remove"``), ``sampling`` (:data:`SAMPLING_SCHEMES`: ``"with_replacement"``, the paper's and
+the default; ``"poisson"``; ``"without_replacement"``, what Flower's ``FedAvg`` does), ``bits``
+(the TOTAL bits of one message, ``DPRECCodec.layout(template).total_bits``, with ``groups``;
+``bits=None`` accounts the uncompressed Gaussian mechanism DP-REC simulates, what the paper's
+tables report) and ``method``: ``"sound"`` (the default, a guarantee under the threat model) or
+``"paper"``, Algorithm 7 exactly as printed (``"with_replacement"`` only, ``threat_model=None``,
+``relation=None``, with a ``caveat``: it treats every slot that misses the target as a draw from
+the prior, which is not a guarantee against a message observer). With ``method="paper"`` and
+``bits``, Theorem 1's overhead ``12 rho / 2^b`` is paid out of delta: a ``ValueError`` naming
+``bits`` when it reaches delta, and :class:`DPRECPrivacyWarning` above 10% of delta
+(:func:`dprec_min_bits` gives the bits that avoid it).
 
-What is accounted depends on ``bits``:
-
-* ``bits=None``: the uncompressed Gaussian mechanism DP-REC simulates, each message ``N(phi, sigma^2 I)``
-  (what the paper's tables report). Per-step curves (:func:`dprec_step_rdp`), with
-  ``ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``:
-
-  - ``"server"``, ``"zero"``: ``ATTRIBUTED`` per slot (``q = 1/N``, ``T B`` slots, with
-    replacement) or per round (``q = B/N``, ``T`` rounds): the observer learns which client each
-    message belongs to; only the target's messages differ, present with probability ``q``.
-    ``"add_remove"``: ``inf`` (the observer sees whether the target takes part at all).
-  - ``"messages"``, with replacement, ``"add_remove"``: a slot shows ``(1-q) M + q N(phi)`` against
-    ``M``, the mixture of the other clients' ``N(phi_j)``; joint convexity of ``exp((a-1) D_a)``
-    reduces it to a sampled Gaussian with shift at most ``2C``: ``sampled_gaussian_rdp(q, 1/(2c))``,
-    the reverse the exact reverse sampled Gaussian at ``2c``. ``"zero"``: per order the smaller of
-    ``ATTRIBUTED`` (post-processing of the server's view) and ``DOMINATED(q, c)(a) = log(exp((a-1)
-    SG(a)) + a (a-1) q^2 (exp(4 c^2) - 1) / 2) / (a-1)`` from hockey-stick dominance
-    (:func:`_zero_out_dominated_rdp`). Poisson / without replacement: ``"zero"`` is ``ATTRIBUTED``,
-    ``"add_remove"`` ``inf`` (an added client changes the number of messages).
-  - ``"central"``: the ``"messages"`` curves (the decoded sum is a function of the messages).
-
-* ``bits`` given (what :class:`dprec.rec.codec.DPRECCodec` passes): DP-REC's messages as sent.
-
-  - ``"server"`` and ``"messages"``: the observer knows the public seed, so a message shows every
-    group's ``K`` candidates and the chosen index; its reverse divergence provably exceeds the
-    Gaussian's at high orders, so each message is bounded directly by
-    :func:`rec_message_log_moments` (Harris' inequality with the mean's exact moments, ``K`` the
-    smallest group's ``2^(bits // groups)``), inside ``ATTRIBUTED``'s mixture. No Theorem 1
-    overhead, no bit-width rule. ``"add_remove"``: ``inf``.
-  - ``"central"``: the better of two routes, per relation. (1) The Gaussian curves above plus REC's
-    total-variation distance to the Gaussian mechanism, ``eta = messages * groups * 12 exp(c^2) /
-    2^(bits // groups)`` (:func:`rec_total_variation`), paid in both neighbouring runs:
-    ``(1 + e^eps) eta`` of delta (unavailable once ``2 eta >= delta``). (2) The ``"messages"`` bound
-    on REC's messages as sent: the central observer sees only models computed from the messages,
-    so it holds there by post-processing. A few bits per group cannot pay (1); (2) always applies.
-
-* Conversion: each direction's composed curve by the improved RDP conversion (Balle et al. 2020)
-  at half the delta left, ``eps`` the larger (both tails; conservative).
-* Local guarantee (``local``, :class:`~dprec.accounting.guarantee.LocalGuarantee`): one message
-  (Gaussian, or REC's bound with ``bits``), over the expected participations (``T B / N`` or
-  ``T q``, rounded up), and over ``k_max``, the smallest ``k`` with ``P(Bin(steps, q) > k) <=
-  delta / 10``, valid at ``delta + delta / 10`` because participation is data-independent.
-
-``method="paper"`` is Algorithm 7 exactly as printed (below), only for ``"with_replacement"``, with
-``threat_model=None``, ``relation=None`` and a ``caveat``: it treats every slot that misses the
-target as a draw from the prior ``p`` (the other clients' updates zero), which is not a guarantee
-against a message observer. The sections below describe the paper's model.
-
-Sampling schemes
-----------------
-``sampling=`` (:data:`SAMPLING_SCHEMES`) selects how clients are drawn; ``B = clients_per_round``.
-In every scheme the neighbouring runs are the paper's: the target client's update ``phi``
-against a zero update (its messages against draws from the prior ``p``), except where stated.
-
-``"with_replacement"`` (default; the paper's model, Algorithm 7, as SPEC mandates)
-    ``B`` independent uniform draws from ``N`` per round: ``T B`` steps, each draw a mixture of
-    the target's message with the prior ``p`` at rate ``1/N`` (the draw picks the target with
-    probability ``1/N``, otherwise a message distributed as ``p``), bounded as above.
-``"poisson"``
-    Every client joins every round independently with probability ``q = B / N`` (``B`` is the
-    *expected* number). In DP-REC the noise travels inside each client's message, and a client
-    that is not sampled sends *nothing*: it does not send a draw from ``p``. Messages are
-    attributed to clients (a Flower server knows which node sent what), so the target's part of
-    a round's output is ``(1 - q) {no message} + q N(phi, sigma^2 I)`` against
-    ``(1 - q) {no message} + q N(0, sigma^2 I)``; the other clients' messages are independent
-    of the target and identically distributed in both runs. The no-message atom is disjoint from
-    every message, so the exact Renyi divergence of one round, the same in both directions, is
-    ``eps_round(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``
-    (maximal at ``||phi|| = C``), and ``k = m = T eps_round``. It holds against any observer,
-    the server included (anything less is post-processing). ``reverse="exact"`` and
-    ``reverse="bound"`` give the same numbers, since the forward term is exact and equals the
-    reverse one; both are accepted. Unlike DP-FedAvg, whose noise is added by the server to the
-    sum, DP-REC does **not** get the sampled-Gaussian amplification
-    ``(1 - q) p + q q_phi`` vs ``p`` (Mironov, Talwar and Zhang 2019) under Poisson sampling:
-    that mixture would need an unsampled client to send a draw from ``p``. (Even an observer of
-    the decoded sum alone is not covered by that curve when ``N`` is small: the sum's variance
-    grows with the number of participants, which reveals participation.) For small ``c`` the
-    per-round cost is about ``q a c^2 / 2``, linear rather than quadratic in ``q``.
-``"without_replacement"``
-    Exactly ``B`` distinct clients drawn uniformly each round (what Flower's ``FedAvg`` does).
-    The target is drawn with probability ``q = B / N``; the set of the other clients drawn and
-    their messages do not depend on the target's update, and with messages attributed to
-    clients the target's absence is again an atom disjoint from every message. So a round has
-    exactly the Poisson divergence at ``q = B / N``, ``log(1 - q + q exp(a (a-1) c^2 / 2)) /
-    (a - 1)`` in both directions, valid against any observer, the server included; both
-    ``reverse`` values give it. (Wang, Balle and Kasiviswanathan's (AISTATS 2019) bound for
-    sampling without replacement, :func:`dprec.accounting.rdp.sampled_gaussian_rdp_without_replacement`,
-    assumes a mechanism that is symmetric in the clients, such as DP-FedAvg's noisy sum; a
-    server that knows which client sent each message is not covered by it, so DP-REC does not
-    use it: it is below this exact divergence for small ``c``.)
-
-In every scheme ``rho = T B exp(c^2)`` (Algorithm 7 literally: one ``exp(D_2)`` per message
-sent). For ``"poisson"`` (``B`` expected) and ``"without_replacement"`` this is conservative: the
-differing client sends at most one message per round, but the overhead term is kept as the paper
-states it, counting every message.
-
-Bit-width rule
---------------
-The overhead ``12 rho / 2^b`` is paid out of delta whatever epsilon is, and epsilon is undefined
-once it reaches delta. ``b`` is the TOTAL bits of one message: bits per group times the number
-of groups ``G`` (``DPRECCodec.layout(template).total_bits``). :meth:`dprec.rec.codec.DPRECCodec.epsilon`,
-:meth:`~dprec.rec.codec.DPRECCodec.local_epsilon` and :class:`DPRECRoundAccountant` apply this rule:
-
-* overhead ``>= delta``: ``ValueError`` naming ``bits``, with ``G`` x bits = ``b`` and the smallest
-  uniform bits per group (:func:`dprec_min_bits`) that brings the overhead to at most 10% of delta;
-* overhead ``> 10%`` of delta: :class:`DPRECPrivacyWarning` (a ``UserWarning``), since a
-  noticeable part of delta is spent on compression rather than on the guarantee.
-
-The round accountant checks a planned number of ``rounds`` when it is built, and every
-:meth:`DPRECRoundAccountant.step`; a step that would reach delta raises and composes nothing.
-:func:`dprec_epsilon` itself raises when the overhead reaches delta (naming ``bits`` as the
-total) and does not warn; its result carries ``overhead``.
-
-Which variant reproduces the paper
-----------------------------------
-``reverse="bound"`` (``k + m = 2k``) with the overhead omitted (``bits=None``) reproduces every
-setting of Appendix C.2 with ``delta = N^-1.1`` to within 0.6% (MNIST 3.016 / 5.980, FEMNIST
-1.003 / 3.016 / 5.988, Shakespeare 3.014); this is Theorem 1's ``2 lambda c_{lambda+1}`` form,
-which the paper describes as "bound it by two times the first divergence". ``reverse="exact"``
-is valid and tighter (MNIST 2.987 / 5.861) but is not what the paper reported. StackOverflow
-(``N = 342477, T = 1500, B = 60, c = 1.227``): with 6 groups x 7 bits the overhead
-``12 rho / 2^42 = 1.107e-6`` exceeds ``delta = N^-1.1 = 8.16e-7``, so Algorithm 7 is undefined;
-with the overhead omitted this module gives 0.935 <= 1. The gap is the integer-order staircase:
-at ``q = 1/N`` the composed ``k + m`` is below 1e-4 up to order 16, 0.08 at order 17 and over
-1e4 from order 18 on, so ``eps ~ log(1/delta) / lambda`` at the largest usable integer lambda:
-0.9346 at lambda = 15, 1.0013 at lambda = 14. Eps stays within 0.001 of 0.9346 for c from
-1.226 to 1.25, and the c that reaches eps = 1 is 1.264.
-
-Numerics
---------
-Forward: the binomial sum of ``A_a - 1`` has only non-negative terms (see
-:mod:`dprec.accounting.rdp`), so it is exact to rounding even at ``q = 1/N = 3e-6``.
-Everything is vectorised over orders; one call for ``T B = 4e5`` steps and 256 orders takes a
-few milliseconds (``bench/bench_accounting.py``), because all steps are identical and compose
-by multiplication. The round accountant keeps one curve per distinct ``B`` and composes by
-multiplying each by its count, so ``T`` rounds of a constant ``B`` give exactly
-:func:`dprec_epsilon`'s numbers.
+See the *Which guarantee do I have?* page of the documentation for the derivations, the
+assumptions (stateless clients, fresh unlinkable seeds, public aggregation weights for
+``"central"``), the sampling schemes and the bit-width rule, and the *Privacy accounting* page for
+the paper's settings and the numerics.
 """
 
 from __future__ import annotations
@@ -219,11 +90,11 @@ DPREC_DEFAULT_ORDERS: np.ndarray = np.arange(2.0, 258.0)
 
 REVERSE_METHODS = ("bound", "exact")
 
-#: How clients are sampled each round (see the module docstring).
+#: How clients are sampled each round (see *Which guarantee do I have?* in the docs).
 SAMPLING_SCHEMES = ("with_replacement", "poisson", "without_replacement")
 
 #: ``method=`` of the DP-REC functions: ``"sound"`` (the default; a guarantee under a threat model)
-#: or ``"paper"`` (Algorithm 7 as printed; see the module docstring).
+#: or ``"paper"`` (Algorithm 7 as printed; see *Which guarantee do I have?*, section 5, in the docs).
 DPREC_METHODS = ("sound", "paper")
 
 #: The bit-width rule warns when the overhead ``12 rho / 2^b`` exceeds this fraction of delta.
@@ -262,7 +133,7 @@ def dprec_forward_rdp(clip_multiplier: float, sampling_rate: float, orders: Any 
     Gaussian RDP with noise multiplier ``1/c`` (Mironov, Talwar and Zhang 2019, integer case).
     This is the step of ``sampling="with_replacement"`` (``q = 1/N``); it is *not* the cost of a
     Poisson round, where an unsampled client sends nothing rather than a draw from ``p`` (see
-    :mod:`dprec.accounting.dprec_rec`).
+    *Which guarantee do I have?*, 4.2, in the docs).
 
     Parameters
     ----------
@@ -642,7 +513,7 @@ def _round_unit(sampling: str, b: int, n: int) -> tuple[float, int]:
 
 
 def _poisson_round_rdp(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
-    """Exact RDP of one Poisson round of DP-REC, both directions (see the module docstring).
+    """Exact RDP of one Poisson round of DP-REC, both directions (docs: *Which guarantee do I have?*, 4.2).
 
     ``eps(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)``: the target's message is absent
     with probability ``1 - q`` in both runs (a common atom, disjoint from every message) and
@@ -934,7 +805,7 @@ def _sound_curves(
             reverse = forward.copy()  # reverse <= forward (Mironov, Talwar and Zhang 2019)
         return forward, np.minimum(reverse, forward)
     # zero, with replacement: the smaller of ATTRIBUTED and the hockey-stick dominance bound (each
-    # valid on its own; WBK's size-1 subsample bound never beat both, see the module docstring).
+    # valid on its own; WBK's size-1 subsample bound never beat both, see the docs' privacy page, 4.4).
     curve = np.minimum(_attributed(c, q, alphas), _zero_out_dominated_rdp(c, q, alphas))
     return curve, curve.copy()
 
@@ -994,7 +865,7 @@ def dprec_step_rdp(
 
     Returns ``(forward, reverse)``: bounds on ``D_a(P || P')`` and ``D_a(P' || P)`` of one step,
     where ``P`` is the observer's view with the target client and ``P'`` its neighbour (see
-    :mod:`dprec.accounting.dprec_rec`, "Sound accounting"). Both are ``inf`` arrays where no bound is
+    *Which guarantee do I have?*, section 4, in the docs). Both are ``inf`` arrays where no bound is
     proved (``threat_model="server"`` with ``relation="add_remove"``; ``"messages"``/``"central"``
     with add/remove under Poisson or without-replacement sampling).
 
@@ -1405,7 +1276,7 @@ def dprec_epsilon(
     orders : sequence of int, optional
         Integer orders ``a = lambda + 1 >= 2``; default ``2 .. 257``.
     sampling : {"with_replacement", "poisson", "without_replacement"}
-        How clients are drawn each round (see the module docstring).
+        How clients are drawn each round (see *Which guarantee do I have?* in the docs).
     threat_model : {"server", "messages", "central"}, optional
         Who observes (``method="sound"`` only); default ``"server"`` (a Flower server knows which
         client sent each message).
@@ -1781,7 +1652,7 @@ class DPRECRoundAccountant:
     ``bits=None`` the Gaussian variant); an unsampled client sends nothing, so unlike DP-FedAvg
     there is no sampled-Gaussian amplification against the server.
     Checks the bits up front for a planned ``rounds`` and before every :meth:`step` composes:
-    ``method="paper"`` applies the bit-width rule (see :mod:`dprec.accounting.dprec_rec`),
+    ``method="paper"`` applies the bit-width rule (see *Which guarantee do I have?*, section 5),
     ``"central"`` with ``bits`` takes the better of two routes (the Gaussian curves plus REC's
     total-variation cost, or the message observer's bound, which holds centrally by
     post-processing), so it needs no check either; nor do the server and message observers::

@@ -1,4 +1,4 @@
-"""Joint noise scaling across clients (Heikkila et al., papers/joint-noise-scaling_*; SPEC §6).
+"""Joint noise scaling across clients (Heikkila et al.; see *Privacy accounting* in the docs).
 
 Each of N clients runs S local DP-SGD steps per round, adding Gaussian noise of standard deviation
 ``sigma_i * C`` to each clipped (norm C), Poisson-subsampled (rate q) gradient sum. Through secure
@@ -10,18 +10,14 @@ noise from the aggregated results, the noise from the other N-1 clients needs to
 target DP level") the curious client's own share is discounted: dprec removes the *largest*
 share, the worst case over which client is curious (for equal shares: ``sqrt(N-1) sigma``).
 
-Accounting (SPEC §6): every local step is one step of the Poisson-sampled Gaussian mechanism
+Accounting: every local step is one step of the Poisson-sampled Gaussian mechanism
 at rate q with noise multiplier ``sigma_total`` (Mironov, Talwar and Zhang 2019, via
 :func:`dprec.accounting.rdp.sampled_gaussian_rdp`), composed over ``S * T`` steps, converted to
 (eps, delta) with Mironov's ``eps = min_a [RDP(a) + log(1/delta)/(a-1)]`` (Renyi DP, 2017,
 Proposition 3) by default.
 
-Reproduction (the paper's Table 1: Poisson rate 0.1, delta = 1e-5, each local model calibrated to
-eps = 5, then N models averaged; "1 epoch" = 1/q = 10 steps, "5 epochs" = 50 steps): with the
-default orders (the integers 2..256) every eps in the table is reproduced within 0.01 and every
-printed sigma_total within its rounding (tests/accounting/test_joint_noise.py). With a finer grid
-of fractional orders the 5-epoch rows move by up to 0.02 (calibration finds a slightly smaller
-sigma), i.e. the paper's numbers were evidently computed on integer orders.
+With the default orders (the integers 2..256) it reproduces the paper's Table 1 (see *Privacy
+accounting* in the docs).
 """
 
 from __future__ import annotations
@@ -57,12 +53,12 @@ __all__ = [
     "sigma_total_equal",
 ]
 
-#: The integers 2..256 (these reproduce the paper's Table 1; see the module docstring).
+#: The integers 2..256 (these reproduce the paper's Table 1; see *Privacy accounting* in the docs).
 JOINT_NOISE_DEFAULT_ORDERS: np.ndarray = np.arange(2.0, 257.0)
 
 
 def sigma_total(client_sigmas: Sequence[float], *, honest_but_curious: bool = False) -> float:
-    """``sqrt(sum_i sigma_i^2)`` over the clients' noise multipliers (Heikkila et al., SPEC §6).
+    """``sqrt(sum_i sigma_i^2)`` over the clients' noise multipliers (Heikkila et al.).
 
     Parameters
     ----------
@@ -101,7 +97,7 @@ def sigma_total_equal(client_sigma: float, num_clients: int, *, honest_but_curio
     """Equal shares: ``sqrt(N) sigma`` (``sqrt(N-1) sigma`` with honest-but-curious clients).
 
     Heikkila et al., Lemma 4.3 / Theorem 4.7 (the summed Gaussian noises are one Gaussian with the
-    summed variance) and Section 3 for the N-1 count; SPEC §6.
+    summed variance) and Section 3 for the N-1 count.
     """
     sigma = check_nonnegative(client_sigma, "client_sigma")
     n = check_count(num_clients, "num_clients", minimum=2 if honest_but_curious else 1)
@@ -113,7 +109,7 @@ def client_sigma_for_total(total_sigma: float, num_clients: int, *, honest_but_c
     """Equal share each client must add so that the aggregate has ``total_sigma``.
 
     ``total / sqrt(N)``, or ``total / sqrt(N-1)`` with honest-but-curious clients (inverse of
-    :func:`sigma_total_equal`; Heikkila et al., Lemma 4.3 / Theorem 4.7, SPEC §6).
+    :func:`sigma_total_equal`; Heikkila et al., Lemma 4.3 / Theorem 4.7).
     """
     total = check_nonnegative(total_sigma, "total_sigma")
     n = check_count(num_clients, "num_clients", minimum=2 if honest_but_curious else 1)
@@ -124,7 +120,7 @@ def client_sigma_for_total(total_sigma: float, num_clients: int, *, honest_but_c
 def joint_noise_rdp(
     orders: Any, noise_multiplier: float, sampling_rate: float, local_steps: int = 1, rounds: int = 1
 ) -> np.ndarray:
-    """RDP of S local steps per round over T rounds: ``S * T`` sampled-Gaussian steps (SPEC §6).
+    """RDP of S local steps per round over T rounds: ``S * T`` sampled-Gaussian steps.
 
     Parameters
     ----------

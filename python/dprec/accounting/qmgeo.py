@@ -2,54 +2,22 @@
 
 Two different things live here, and they must not be confused:
 
-1. **The paper's formulas, as printed** (functions named ``qmgeo_paper_eq*``). They are
-   provided to reproduce the paper's numbers, not as guarantees for dprec's quantizer:
+1. **The paper's formulas, as printed** (``qmgeo_paper_eq20``, ``qmgeo_paper_eq23``,
+   ``qmgeo_paper_eq25``, ``qmgeo_paper_eq26``, ``qmgeo_paper_eq27``), to reproduce the paper's
+   numbers. They are not guarantees for dprec's quantizer.
+2. **The exact Renyi divergence of the implemented quantizer** (the corrected pmf,
+   :func:`qmgeo_pmf` / :func:`qmgeo_log_pmf`): :func:`qmgeo_renyi_divergence` for two given
+   inputs, :func:`qmgeo_rdp` for the worst case over ``d`` coordinates with optional Poisson
+   subsampling (Zhu and Wang 2019, integer orders only), and :func:`qmgeo_guarantee`.
 
-   * eq. (20): ``eps = -(ln p + (R-2) ln(1-p))`` (pure DP of one coordinate);
-   * eq. (26): ``eps = -d kappa (ln p + (R-2) ln(1-p))`` (d coordinates, sampling rate kappa);
-   * eq. (23): the Renyi divergence between the paper's two "extremal" distributions, the sum
-     evaluated numerically exactly as printed;
-   * eq. (25): the closed form the paper derives from (23); eq. (27) multiplies it by
-     ``kappa^2 d``. As printed, (25) and (27) are *negative* at alpha = 2; the paper's reported
-     per-round values are their absolute values (SPEC §5): ``|eq. (27)| = 2.626`` for p = 0.9,
-     R = 8 and ``4.492`` for p = 0.9, R = 16 (d = 3562, kappa = 0.005333, alpha = 2). The same
-     formula gives 0.787 for p = 0.5, R = 8, where the paper prints 0.784.
+**Over the whole interval ``[-Wmax, Wmax]`` the divergence is infinite, for every p and R**: the
+end points are quantized deterministically to the two end levels, so the quantizer alone gives no
+privacy for arbitrary inputs. :func:`qmgeo_rdp` returns ``inf`` then, and a finite value only when
+the inputs are restricted to a finite set (``inputs=``), e.g. values strictly between the levels.
 
-2. **The exact Renyi divergence of the implemented quantizer** (SPEC §5, the corrected pmf):
-   levels ``Bin(r) = -Wmax + 2 r Wmax / (R-1)``, ``Delta = 2 Wmax / (R-1)``, for an input w,
-   ``r = min(floor((w + Wmax) / Delta), R-2)``, ``theta = (w - Bin(r)) / Delta``, and output
-   level j has probability ``(1-theta) p q^(r-j) / (1 - q^(r+1))`` for j <= r and
-   ``theta p q^(j-r-1) / (1 - q^(R-r-1))`` for j > r (q = 1 - p).
-   :func:`qmgeo_renyi_divergence` computes ``D_a(P_w || P_w')`` for given inputs exactly (a
-   finite sum over the R levels, in log space). :func:`qmgeo_rdp` takes the worst case.
-
-Neighbouring relation and worst case
-------------------------------------
-QMGeo is applied per coordinate to a clipped value in ``[-Wmax, Wmax]``; a neighbouring
-dataset may change that value to *any* other value in the interval (this is the paper's
-Section IV-B setting: its worst case puts g and g' at Bin(0) and Bin(R-1)). The per-coordinate
-RDP is therefore ``sup_{w, w'} D_a(P_w || P_w')`` over the allowed inputs, and d coordinates
-compose to ``d`` times that (they use independent randomness; the worst case is taken in every
-coordinate at once).
-
-**Over the whole interval this supremum is infinite, for every p and R.** The corrected pmf
-maps ``w = -Wmax`` (r = 0, theta = 0) to level 0 with probability 1, and ``w = +Wmax``
-(r = R-2, theta = 1) to level R-1 with probability 1; these two output distributions have
-disjoint supports, so their Renyi divergence (and the pure-DP epsilon) is infinite. More
-generally, any input on a level (theta = 0) never outputs a level above its own. The paper's
-eqs. (20)-(27) therefore do not bound the implemented mechanism; its privacy over the full
-input interval is nil. :func:`qmgeo_rdp` returns ``inf`` in that case, and a finite value only
-when the inputs are restricted to a finite set (``inputs=``), e.g. values on a grid strictly
-between the levels; the supremum is then a maximum over all ordered pairs of that set.
-
-Subsampling
------------
-Per round, a coordinate vector computed on a Poisson subsample (rate ``sampling_rate``, the
-paper's kappa) is amplified with the Zhu-Wang (2019) general Poisson-subsampling bound
-(:mod:`dprec.accounting._subsampling`), applied to the d-coordinate RDP curve (the subsample is
-shared by all coordinates, so the amplification is applied once, after composing coordinates;
-the paper's (27) instead scales each coordinate by ``kappa^2``, an O(.) heuristic that is not a
-bound). The Zhu-Wang bound exists at integer orders only; other orders get ``inf``.
+See the *Privacy accounting* page of the documentation for each formula, the neighbouring
+relation and worst case, and why the paper's eq. (27) is not a bound; the *QMGeo* page states the
+corrected pmf.
 """
 
 from __future__ import annotations
@@ -206,13 +174,13 @@ def qmgeo_paper_eq27(
     absolute : bool
         Return ``|eq. (27)|``: the paper's reported per-round values (2.626 for p = 0.9, R = 8;
         4.492 for p = 0.9, R = 16; d = 3562, kappa = 0.005333, alpha = 2) are the absolute
-        values of the printed formula, which is negative there (SPEC §5).
+        values of the printed formula, which is negative there.
 
     Returns
     -------
     float
         The printed formula's value (signed unless ``absolute``). Labelled as the paper's
-        formula: it is not a bound on dprec's quantizer (module docstring).
+        formula: it is not a bound on dprec's quantizer (see *Privacy accounting* in the docs).
     """
     dim = check_count(dim, "dim")
     kappa = check_probability(sampling_rate, "sampling_rate")
@@ -226,10 +194,11 @@ def qmgeo_paper_eq27(
 
 
 def qmgeo_log_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray:
-    """Natural log of the corrected QMGeo pmf of SPEC §5 for one input (``-inf`` for mass 0).
+    """Natural log of the corrected QMGeo pmf for one input (``-inf`` for mass 0).
 
-    Wang and Gursoy, eqs. (9)-(11), with the branch weights and normalisers corrected as SPEC §5
-    states (the printed eq. (9) swaps the weights; (10)-(11) divide by zero at the edges).
+    Wang and Gursoy, eqs. (9)-(11), with the branch weights and normalisers corrected (the printed
+    eq. (9) swaps the weights; (10)-(11) divide by zero at the edges; the *QMGeo* page of the docs
+    states the corrected pmf).
 
     Parameters
     ----------
@@ -282,7 +251,7 @@ def _log_pmf(w: Any, levels: Any, p: Any, w_max: Any, name: str) -> np.ndarray:
 
 
 def qmgeo_pmf(w: float, levels: int, p: float, w_max: float = 1.0) -> np.ndarray:
-    """The corrected QMGeo pmf of SPEC §5 (Wang and Gursoy, eqs. (9)-(11) corrected), see :func:`qmgeo_log_pmf`."""
+    """The corrected QMGeo pmf (Wang and Gursoy, eqs. (9)-(11) corrected), see :func:`qmgeo_log_pmf`."""
     return np.exp(qmgeo_log_pmf(w, levels, p, w_max))
 
 
@@ -344,7 +313,7 @@ def _coordinate_rdp(
 ) -> np.ndarray:
     """sup over ordered input pairs of D_a(P_w || P_w') for one coordinate."""
     if inputs is None:
-        # w = -w_max and w = +w_max have disjoint output supports (module docstring).
+        # w = -w_max and w = +w_max have disjoint output supports (see the module docstring).
         return np.full(alphas.shape, np.inf)
     logs = [qmgeo_log_pmf(float(w), levels, p, w_max) for w in inputs]
     worst = np.zeros(alphas.shape)
@@ -370,7 +339,8 @@ def qmgeo_rdp(
     ``rdp(a) = ZW_q( d * sup_{w != w' in inputs} D_a(P_w || P_w') )`` where ``ZW_q`` is the
     Zhu-Wang (2019) general Poisson-subsampling bound at rate q = ``sampling_rate`` (identity at
     q = 1; ``inf`` at non-integer orders when q < 1). The neighbouring relation: one record
-    changes each coordinate's input to any other allowed input (module docstring).
+    changes each coordinate's input to any other allowed input (see *Privacy accounting* in the
+    docs).
 
     Parameters
     ----------

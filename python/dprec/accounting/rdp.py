@@ -1,49 +1,21 @@
 """Renyi differential privacy of the (Poisson-)sampled Gaussian mechanism, and RDP -> (eps, delta).
 
-Papers and equations
---------------------
-* RDP and its conversion to (eps, delta): Mironov, "Renyi Differential Privacy", CSF 2017,
-  Proposition 3: ``eps = rdp(a) + log(1/delta) / (a - 1)``.
-* The tighter conversion: Balle, Barthe, Gaboardi, Hsu and Sato, "Hypothesis testing
-  interpretations and Renyi differential privacy", AISTATS 2020, Theorem 21, in the form of
-  Canonne, Kamath and Steinke, "The discrete Gaussian for differential privacy", NeurIPS 2020,
-  Proposition 12: ``eps = rdp(a) + log((a-1)/a) - (log(delta) + log(a)) / (a - 1)``, together
-  with ``delta <= sqrt(1 - exp(-rdp(a)))`` (Bretagnolle-Huber: total variation is at most
-  ``sqrt(1 - exp(-KL))`` and KL <= rdp(a) for every a >= 1), which only matters for delta near 1.
-* The sampled Gaussian mechanism: Mironov, Talwar and Zhang, "Renyi Differential Privacy of the
-  Sampled Gaussian Mechanism", arXiv:1908.10530 (2019), Section 3.3: integer orders by the
-  binomial expansion (their eq. for ``A_alpha`` with integer alpha), fractional orders by the
-  two-sided series split at ``z0 = sigma^2 log(1/q - 1) + 1/2``.
-* The Gaussian mechanism on a sample drawn *without replacement* (a fixed-size subset of ``m``
-  of ``n`` records), replace-one adjacency: Wang, Balle and Kasiviswanathan, "Subsampled Renyi
-  differential privacy and analytical moments accountant", AISTATS 2019 (arXiv:1808.00087), the
-  general upper bound for integer orders (Theorem 9 of the conference version) with the
-  tightening of its ``j >= 3`` terms by forward differences of ``exp((x - 1) eps(x))`` (the
-  Gaussian-specific refinement in the arXiv version's appendix, "Theorem 27" as dp_accounting's
-  ``_compute_rdp_sample_wor_gaussian`` cites it), and for fractional orders the linear
-  interpolation of the log-moment ``(a - 1) rdp(a)`` between neighbouring integers, valid
-  because it is convex in ``a`` (their Corollary 10, as cited there).
+:func:`sampled_gaussian_rdp`
+    One step of the Poisson-sampled Gaussian mechanism (Mironov, Talwar and Zhang 2019), at
+    integer and fractional orders.
+:func:`sampled_gaussian_rdp_without_replacement`
+    The Gaussian mechanism on a fixed-size sample drawn without replacement, replace-one
+    adjacency (Wang, Balle and Kasiviswanathan, AISTATS 2019).
+:func:`participation_rdp`
+    A round whose observer sees whether the target took part (no amplification).
+:func:`rdp_to_epsilon`, :func:`rdp_to_delta`, :func:`epsilon_per_order`
+    RDP to (eps, delta): ``method="mironov"`` (Mironov 2017, Proposition 3) or the tighter
+    ``method="balle"`` (Balle et al. 2020 / Canonne, Kamath and Steinke 2020).
 
-Numerics
---------
-``A_alpha = E_{z ~ N(0, sigma^2)} [(1 - q + q exp((2z - 1) / (2 sigma^2)))^alpha]`` and the RDP
-is ``log(A_alpha) / (alpha - 1)``. For integer alpha we sum ``A_alpha - 1`` directly: its
-binomial terms are ``C(a, k) (1-q)^(a-k) q^k expm1((k^2 - k) / (2 sigma^2))``, zero for k = 0, 1
-and positive otherwise, so there is no cancellation and even RDP values of 1e-300 keep full
-relative precision. For fractional alpha the series has terms of both signs (binomial
-coefficients of a non-integer), summed in log space with signs until a term falls below 1e-17 of
-the running sum; its absolute error in ``log A`` is a few ulps of 1, so RDP values below ~1e-12
-have reduced *relative* (not absolute) accuracy.
-
-Sampling without replacement needs the forward differences ``D_l = Delta^l f(0)`` of
-``f(x) = exp(a x (x - 1))`` (``a = 1 / (2 s^2)``), an alternating sum that cancels catastrophically
-for large noise. They are computed instead by a recursion with non-negative terms only:
-``f(x + 1) = f(x) exp(2 a x)`` and ``exp(2 a x) = sum_j C(x, j) beta^j`` (``beta = exp(2a) - 1``), so in
-the binomial basis (``f(x) = sum_l D_l C(x, l)``, and ``C(x, i) C(x, j)`` has non-negative
-coefficients there)
-``D_{l+1} = sum_{i<l} C(l, i) beta^(l-i) exp(2 a i) D_i + expm1(2 a l) D_l``, ``D_0 = 1``, ``D_1 = 0``,
-summed in log space: ``log D_l`` keeps full relative precision (checked in the tests against
-300-digit arithmetic) where the alternating sum, even in log space, loses digits.
+Orders default to :data:`DEFAULT_ORDERS`; curves are NumPy arrays over the orders. See the
+*Privacy accounting* page of the documentation for the papers and equations each function
+follows and for the numerics (which sums are free of cancellation, and how accurate fractional
+orders are).
 """
 
 from __future__ import annotations
@@ -215,7 +187,8 @@ _WOR_MAX_DIFFERENCE_ORDER = 1024
 def _log_forward_differences(a: float, top: int) -> np.ndarray:
     """``log Delta^l f(0)`` for ``l = 0 .. top``, ``f(x) = exp(a x (x - 1))``, ``a > 0`` finite.
 
-    The recursion of the module docstring: every term is >= 0, so no cancellation.
+    The recursion of the docs' *Privacy accounting* page (numerics): every term is >= 0, so no
+    cancellation.
     ``D_1 = 0`` (``log = -inf``); ``D_l > 0`` for every other ``l``.
     """
     log_d = np.full(top + 1, -np.inf)
@@ -287,8 +260,8 @@ def sampled_gaussian_rdp_without_replacement(
     Adjacency: **replace-one** (``n`` is public; neighbouring datasets differ in the *value* of
     one record). Two clipped contributions differ by up to ``2C``, so the base Gaussian mechanism's
     RDP is ``eps(a) = a (2C)^2 / (2 (noise_multiplier C)^2) = 2 a / noise_multiplier^2``, and the
-    returned curve is Wang, Balle and Kasiviswanathan's bound (AISTATS 2019, see the module
-    docstring) at sampling ratio ``gamma = m / n`` applied to it, capped by the unsampled
+    returned curve is Wang, Balle and Kasiviswanathan's bound (AISTATS 2019; see *Privacy
+    accounting* in the docs) at sampling ratio ``gamma = m / n`` applied to it, capped by the unsampled
     ``2 a / noise_multiplier^2`` (subsampling never hurts). ``noise_multiplier`` here is relative
     to the add/remove sensitivity ``C``, as in :func:`sampled_gaussian_rdp`; dp_accounting's
     ``SampledWithoutReplacementDpEvent(n, m, GaussianDpEvent(z))`` (under ``REPLACE_ONE``) gives

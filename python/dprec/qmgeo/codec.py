@@ -1,6 +1,6 @@
-"""QMGeo as a codec for whole model updates (SPEC §5): :class:`QMGeoCodec`, its
-:class:`QMGeoMessage` and byte format, and the :class:`QMGeoLayout` whose digest ties a message
-to the codec and template that made it. :mod:`dprec.qmgeo` re-exports every public name::
+"""QMGeo as a codec for whole model updates: :class:`QMGeoCodec`, its :class:`QMGeoMessage` and
+byte format, and the :class:`QMGeoLayout` whose digest ties a message to the codec and template
+that made it. :mod:`dprec.qmgeo` re-exports every public name::
 
     from dprec.qmgeo import QMGeoCodec, QMGeoMessage
 
@@ -13,77 +13,31 @@ to the codec and template that made it. :mod:`dprec.qmgeo` re-exports every publ
 
 Updates and templates are the containers of :class:`dprec.rec.codec.DPRECCodec` (one array, a
 ``Mapping[str, array]`` such as a PyTorch ``state_dict``, or a list / tuple of arrays; NumPy
-arrays or PyTorch CPU tensors), put in the same canonical order (mapping keys sorted, sequences
-in order), each tensor flattened in C order. Floating-point tensors only (float16 / bfloat16 /
-float32 / float64; integer, boolean and complex tensors raise TypeError naming the tensor).
+arrays or PyTorch CPU tensors), in the same canonical order (mapping keys sorted, sequences in
+order). Floating-point tensors only (float16 / bfloat16 / float32 / float64; integer, boolean and
+complex tensors raise TypeError naming the tensor). Every coordinate is quantized independently by
+:func:`dprec.qmgeo.quantize` (values outside ``[-w_max, w_max]`` clipped) under one
+client-private seed per message that is never sent: the server learns only the level indices.
+Decoding gives the levels as float32 in the template's structure; :meth:`QMGeoCodec.aggregate`
+sums in float64 in message order (default weights ``1/n``: the mean) and rounds once. QMGeo runs
+on the host: GPU updates and templates are refused (ValueError); copy them to the host first.
 
-Encoding (client)
------------------
-Every coordinate is quantized independently by :func:`dprec.qmgeo.quantize` (the corrected pmf
-of SPEC §5; values outside ``[-w_max, w_max]`` clipped), tensor ``t`` (canonical position) with
-Philox group ``t`` under ONE client-private seed per message (OS entropy, or drawn from ``rng``):
-the seed is never sent, and the server learns only the level indices. The indices of all tensors,
-in canonical order, are packed at ``b = ceil(log2 R)`` bits each (:func:`dprec.qmgeo.pack`).
+A message is ``32 + ceil(n b / 8)`` bytes for ``n`` coordinates at ``b = ceil(log2 R)`` bits.
+:meth:`QMGeoMessage.from_bytes` and decoding raise ValueError naming the problem for a truncated,
+corrupted or forged message, and a codec or template that differs from the encoder's (another
+layout digest) raises ValueError.
 
-QMGeo is a client-side operation: GPU updates are refused (ValueError); copy them to the host
-first. Decoding and aggregation run on the host too (a GPU template is refused likewise): the
-server's work is one pass over ``b`` bits per coordinate and client.
+Privacy: :meth:`QMGeoCodec.rdp`, :meth:`QMGeoCodec.privacy_event`, :meth:`QMGeoCodec.epsilon`
+and :meth:`QMGeoCodec.guarantee` report the exact Renyi divergence of the implemented pmf
+(:mod:`dprec.accounting.qmgeo`), against the ``"server"`` by default, ``relation="zero"``. Over
+the whole interval ``[-w_max, w_max]`` it is **infinite** for every ``p`` and ``R`` (the end
+points are quantized deterministically to the end levels); it is finite only for coordinates
+restricted to a finite set of inputs strictly between levels (``inputs=``), a promise the encoder
+does not check. :meth:`QMGeoCodec.paper_formulas` gives the paper's eqs. (20), (26) and
+``|eq. (27)|``, labelled as the paper's: they are not guarantees for this quantizer.
 
-Decoding (server)
------------------
-Index ``j`` decodes to its level ``Bin(j) = -w_max + j * (2 w_max / (R - 1))`` (float64, exactly
-as :func:`dprec.qmgeo.dequantize`), returned as float32 in the template's structure (NumPy
-arrays, or PyTorch CPU tensors where the template holds tensors). :meth:`QMGeoCodec.aggregate`
-returns ``sum_c weights[c] * decode(messages[c])`` accumulated in float64 in message order
-(default weights ``1/n``: the mean), rounded once to float32. Native and reference backends give
-the same bits.
-
-Byte format (version 1)
------------------------
-:meth:`QMGeoMessage.to_bytes` writes, little-endian:
-
-==========  ===============  ===========================================================
-offset      size (bytes)     field
-==========  ===============  ===========================================================
-0           4                magic ``b"QMGO"``
-4           1                format version (1)
-5           1                bits per index ``b = ceil(log2 R)``, 1..16
-6           2                flags, uint16; all reserved, must be 0
-8           4                levels ``R``, uint32, ``2 .. 2**16``
-12          8                layout digest (see :attr:`QMGeoLayout.digest`)
-20          8                coordinate count ``n``, uint64, ``>= 1``
-28          ``ceil(n b/8)``  the indices, :func:`dprec.qmgeo.pack`'s layout: index ``i`` in bits
-                             ``[i b, (i+1) b)``, least significant bit first, bytes filled from
-                             their least significant bit; padding bits 0
-end - 4     4                CRC-32 (``zlib.crc32``) of every preceding byte, uint32
-==========  ===============  ===========================================================
-
-So a message is ``32 + ceil(n b / 8)`` bytes. :meth:`QMGeoMessage.from_bytes` raises ValueError
-naming the problem for truncated input, trailing bytes, a bad magic, an unsupported version or
-flag, levels out of range, bits that are not ``ceil(log2 R)``, a zero count or a CRC mismatch;
-decoding raises ValueError for an index ``>= R`` or non-zero padding (a message forged with a
-valid CRC). The layout digest is BLAKE2b with an 8-byte digest (``person=b"dprec.qmg.layout"``)
-over the format version, the tensor names (UTF-8) and shapes in canonical order, ``R``, ``p``
-and ``w_max`` (float64): a codec or template that differs from the encoder's raises ValueError.
-The message format needs no kernels; only its :meth:`QMGeoMessage.indices` do.
-
-Privacy accounting
-------------------
-:meth:`QMGeoCodec.rdp`, :meth:`QMGeoCodec.privacy_event`, :meth:`QMGeoCodec.epsilon` and
-:meth:`QMGeoCodec.guarantee` report the per-round guarantee through :mod:`dprec.accounting.qmgeo`: the **exact** Renyi divergence of
-the implemented pmf, composed over the ``d`` coordinates of the template, optionally amplified by
-Poisson sampling of records. Over the whole interval ``[-w_max, w_max]`` it is **infinite** for
-every ``p`` and ``R``: ``-w_max`` and ``+w_max`` are quantized deterministically to the two end
-levels (see :mod:`dprec.accounting.qmgeo`). It is finite only for coordinates restricted to a
-finite set of inputs strictly between levels (``inputs=``), a promise the encoder does not check.
-:meth:`QMGeoCodec.paper_formulas` gives the paper's eqs. (20), (26) and ``|eq. (27)|`` for the
-template, labelled as the paper's: they are not guarantees for this quantizer.
-
-Threat model: QMGeo is a local randomizer, so its guarantee holds against the ``"server"``, which
-knows which client sent each message (the default ``threat_model`` of :meth:`QMGeoCodec.epsilon`
-and :meth:`QMGeoCodec.guarantee`), and hence against the weaker ``"messages"`` and ``"central"``
-observers. The curve compares a client's message under two inputs: ``relation="zero"`` (the
-default). ``relation="add_remove"`` is ``inf`` with the reason (an added client adds a message).
+See the *QMGeo* page of the documentation, and *Randomness contract and wire formats* for every
+byte of the message and its layout digest.
 """
 
 from __future__ import annotations
@@ -388,7 +342,7 @@ class QMGeoPaperFormulas:
         ``d kappa`` times eq. (20).
     eq27_abs : float
         ``|eq. (27)|`` at order ``alpha``: the paper's reported RDP per round (its printed formula is
-        negative; SPEC §5). ``nan`` at ``p = 1``, where eq. (25) is undefined.
+        negative). ``nan`` at ``p = 1``, where eq. (25) is undefined.
     alpha : float
         The order of ``eq27_abs``.
     """
@@ -400,7 +354,7 @@ class QMGeoPaperFormulas:
 
 
 class QMGeoCodec:
-    """QMGeo compression of whole model updates (SPEC §5; see :mod:`dprec.qmgeo.codec`).
+    """QMGeo compression of whole model updates (see :mod:`dprec.qmgeo.codec`).
 
     Parameters
     ----------

@@ -1,45 +1,28 @@
-"""QMGeo stochastic quantization (Wang and Gursoy; SPEC §5): the quantizer and its levels.
+"""QMGeo stochastic quantization (Wang and Gursoy): the quantizer and its levels.
 
 :func:`quantize` maps each coordinate of ``w`` to one of ``R`` levels
-``Bin(j) = -w_max + 2 j w_max / (R - 1)`` at random, with the **corrected pmf of SPEC §5**, the
-pmf that :func:`dprec.accounting.qmgeo.qmgeo_pmf` defines and the accounting analyses: with
-``r = min(floor((w + w_max) / Delta), R - 2)``, ``Delta = 2 w_max / (R - 1)``,
-``theta = (w - Bin(r)) / Delta`` and ``q = 1 - p``, level ``j`` has probability
-``(1 - theta) p q^(r-j) / (1 - q^(r+1))`` for ``j <= r`` and
-``theta p q^(j-r-1) / (1 - q^(R-r-1))`` for ``j > r``. ``p = 1`` is plain (unbiased)
-stochastic rounding between ``Bin(r)`` and ``Bin(r+1)``; for ``p < 1`` the quantizer is biased
-towards the middle of the range (the geometric tails spread mass over all levels).
+``Bin(j) = -w_max + 2 j w_max / (R - 1)`` at random, with the corrected pmf that
+:func:`dprec.accounting.qmgeo.qmgeo_pmf` defines and the accounting analyses. ``p = 1`` is plain
+(unbiased) stochastic rounding between ``Bin(r)`` and ``Bin(r+1)``; for ``p < 1`` the quantizer is
+biased towards the middle of the range (the geometric tails spread mass over all levels).
 :func:`dequantize` maps indices back to ``Bin(j)``. :func:`pack` writes indices at
-``index_bits(R) = ceil(log2 R)`` bits each into bytes (SPEC §5 "Wire"), :func:`unpack` reads them
-back; the bit layout is stated in :mod:`dprec.reference.qmgeo`.
+``index_bits(R) = ceil(log2 R)`` bits each into bytes, :func:`unpack` reads them back.
 
-Design decisions (to be reviewed)
----------------------------------
-* **Clipping.** Values outside ``[-w_max, w_max]`` are clipped to it (the paper's input domain)
-  rather than refused: a model update has outliers, and clipping is the quantizer's contract.
-  NaN and infinity are refused (SPEC §7), not clipped.
-* **Randomness.** One client-private 64-bit seed per call (:func:`dprec._runtime.validation.private_seed`:
-  OS entropy, or ``rng``), Philox domain 4 (SPEC §2). Element ``j`` reads words ``2j, 2j+1`` of
-  sub-stream 0 (the branch: down to a level ``<= r`` or up to one ``> r``) and the same words of
-  sub-stream 1 (the geometric offset within the branch), in Philox group ``group``. Nothing else,
-  so the result does not depend on the thread count. The seed is never returned.
-* **Exactness.** The branch is exact given ``theta`` (a 64-bit uniform against
-  ``floor(theta 2**64)``, as the SecAgg rounding does); the offset is a float64 inverse CDF with
-  the deterministic log/exp of ``csrc/common/det_math.h`` (each level's probability off by at most
-  about ``1e-15``). ``r`` and ``theta`` are float64, computed exactly as the accounting computes
-  them. Full statement: :mod:`dprec.reference.qmgeo`. The CPU kernel and the NumPy reference are
-  bit-identical.
-* **Output dtype.** uint16: ``R <= 2**16`` (the accounting's ``MAX_LEVELS``) so every index fits.
-* **literal=True** (the paper's eq. (9)-(11) as printed) raises NotImplementedError, see
+Usage notes:
+
+* Values outside ``[-w_max, w_max]`` are clipped to it; NaN and infinity raise ValueError.
+* Each call draws one client-private 64-bit seed (OS entropy, or from ``rng``), which is never
+  returned. The result does not depend on the thread count, and the CPU kernel and the NumPy
+  reference (:mod:`dprec.reference.qmgeo`) are bit-identical.
+* Indices are uint16 (``R <= 2**16``).
+* ``literal=True`` (the paper's eqs. (9)-(11) as printed) raises NotImplementedError, see
   :func:`quantize`.
-* **Host only.** Quantization is the client's step with private randomness, like the SecAgg
-  rounding: GPU arrays are refused (ValueError) rather than copied behind the caller's back.
-  Packing and unpacking are host-only too: a payload is bytes on the wire.
-* **Packing.** Index ``i`` occupies bits ``[i b, (i + 1) b)`` of the payload, least significant
-  bit first, bit ``t`` being bit ``t % 8`` of byte ``t // 8``; ``ceil(n b / 8)`` bytes, zero
-  padding. :func:`unpack` refuses (ValueError) a payload of the wrong length, with a padding bit
-  set, or holding an index ``>= R`` (possible when ``R`` is not a power of two), so a corrupted
-  message never yields indices outside ``[0, R)``. ``n = 0`` is allowed (an empty payload).
+* Host only: GPU arrays are refused (ValueError); copy them to the host first.
+* :func:`unpack` refuses (ValueError) a payload of the wrong length, with a padding bit set, or
+  holding an index ``>= R``; ``n = 0`` (an empty payload) is allowed.
+
+See the *QMGeo* page of the documentation for the pmf, the randomness layout and what is exact,
+and *Randomness contract and wire formats* for the bit layout of a payload.
 """
 
 from __future__ import annotations
@@ -75,7 +58,7 @@ _LITERAL_REASON = (
     "(1 - q^(r+1)) / (1 - q^r) > 1 for r >= 1 and it divides by zero at r = 0; eq. (11) likewise uses 1 - q^(R-r-2) "
     "on R-r-1 values and divides by zero at r = R-2. Repairing the normalisers while keeping eq. (9)'s swapped "
     "branch weights would give a quantizer that sends w = Bin(r) above Bin(r) with probability 1, which neither the "
-    "paper's analysis nor dprec.accounting.qmgeo describes. Use the corrected pmf (literal=False, SPEC §5)."
+    "paper's analysis nor dprec.accounting.qmgeo describes. Use the corrected pmf (literal=False)."
 )
 
 
@@ -90,7 +73,7 @@ def quantize(
     group: int = 0,
     backend: str = "auto",
 ) -> np.ndarray:
-    """QMGeo level indices of ``w`` (SPEC §5 corrected pmf; see the module notes).
+    """QMGeo level indices of ``w`` (the corrected pmf; see the *QMGeo* page of the docs).
 
     Parameters
     ----------
@@ -171,7 +154,7 @@ def dequantize(indices: Any, w_max: Any, levels: Any) -> np.ndarray:
 
 
 def index_bits(levels: Any) -> int:
-    """The bits per index on the wire, ``ceil(log2 levels)`` (SPEC §5).
+    """The bits per index on the wire, ``ceil(log2 levels)``.
 
     Parameters
     ----------
@@ -192,7 +175,8 @@ def pack(indices: Any, levels: Any, *, backend: str = "auto") -> np.ndarray:
     Index ``i`` (flat C order) occupies bits ``[i b, (i + 1) b)`` of the payload, least
     significant bit first; bit ``t`` of the payload is bit ``t % 8`` of byte ``t // 8`` (the
     payload read as a little-endian integer is ``sum_i indices[i] << (i b)``), and the padding
-    bits of the last byte are 0. See :mod:`dprec.reference.qmgeo` for a worked example.
+    bits of the last byte are 0. *Randomness contract and wire formats* in the docs has a worked
+    example.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""DP-REC codec for whole model updates (SPEC §3).
+"""DP-REC codec for whole model updates.
 
 A client compresses its model update ``phi = w_client - w_server`` (all tensors
 together) into a 64-bit seed plus ``b_g`` bits per group; the server regenerates only
@@ -13,108 +13,30 @@ the chosen candidate of each group and can aggregate many clients in one pass::
     delta = codec.decode(msg, template)         # one client's decoded update
     mean = codec.aggregate(msgs, template)      # mean of many clients' updates
 
-Update and template
--------------------
 An update (and a template, which only supplies names, shapes and array types) is one of
 
 * a single array (NumPy, PyTorch on the CPU or a GPU, CuPy, ...): one tensor named ``""``;
 * a ``Mapping[str, array]`` such as a PyTorch ``state_dict``: one tensor per key;
 * a ``list`` or ``tuple`` of arrays: tensors named ``"0"``, ``"1"``, ...
 
-Every tensor must be floating point: float16 and bfloat16 are converted to float32,
-float32 and float64 are used as they are; integer, boolean and complex tensors are
-rejected (TypeError naming the tensor, e.g. ``update['fc.weight']``), so drop integer
-buffers such as ``num_batches_tracked`` from a ``state_dict`` first. Non-contiguous
-host inputs are copied. PyTorch is imported only when a tensor is seen.
+Every tensor must be floating point: float16 and bfloat16 are converted to float32, float32 and
+float64 are used as they are; integer, boolean and complex tensors are rejected (TypeError naming
+the tensor, e.g. ``update['fc.weight']``), so drop integer buffers such as ``num_batches_tracked``
+from a ``state_dict`` first (:mod:`dprec.torch` does). An update on a GPU is encoded there, and a
+template on a GPU decodes there, bit-identically to the CPU; all tensors of one update or template
+must be on one device. Decoded tensors are float32, in the template's structure and framework.
 
-GPU tensors
------------
-An update on a GPU (PyTorch CUDA tensors, CuPy arrays, or any ``__cuda_array_interface__``
-/ ``__dlpack__`` producer; all on one device) is encoded there: the global norm, every
-group's logits and one batched Gumbel-max run on the device, on the caller's current
-stream, and the host waits only for the norm and the indices. Non-contiguous GPU tensors
-are rejected. A template on a GPU decodes and aggregates there, into arrays of the
-template's framework on its device; the values are bit-identical to the CPU's. Mixing the
-host and a GPU within one update or template raises ValueError.
+``encode(update, return_info=True)`` also returns an :class:`EncodeInfo` (the norm before clipping,
+whether it was clipped), which stays on the client. :meth:`DPRECCodec.layout` gives the groups and
+the message size of a template. :meth:`DPRECCodec.epsilon`, :meth:`DPRECCodec.local_epsilon` and
+:meth:`DPRECCodec.accountant` account a run with this codec, taking the bits and groups of a
+message from the layout and passing ``threat_model=``, ``relation=`` and ``method=`` through to
+:mod:`dprec.accounting.dprec_rec` (defaults ``"server"``, ``"zero"``, ``"sound"``); they import
+:mod:`dprec.accounting` (SciPy) when called.
 
-Canonical order and groups
---------------------------
-Tensors are put in *canonical order*: mapping keys sorted by name (Python string order,
-i.e. by Unicode code point, whatever the mapping's insertion order); sequences in index
-order. Each tensor is flattened in C (row-major) order and forms one group; with
-``max_group_size=m`` a tensor of more than ``m`` elements is split into consecutive
-chunks of ``m`` elements (the last one may be shorter). Groups are numbered ``0 .. G-1``
-in canonical order of their tensors, then chunk order; the group id is the Philox
-counter word ``g`` of the group's candidates. :meth:`DPRECCodec.layout` returns this
-:class:`Layout` for a template.
-
-Encoding (client)
------------------
-1. Global L2 clip: the norm of all tensors together is computed in float64 and the
-   update is scaled by ``min(1, C / norm)`` (1 when the norm is 0), ``C =
-   clip_multiplier * sigma``. The scale is folded into the logits; nothing is copied.
-2. The 64-bit seed comes from the OS entropy source. ``seed=`` exists only for tests and
-   reproducibility: a seed reused across clients or rounds correlates their candidates.
-3. Group ``g`` gets ``K_g = 2**b_g`` candidates ``sigma * z_{g,k}`` and the index
-   ``k*_g`` is drawn from ``softmax(<z_{g,k}, phi_hat_g> / sigma)`` by Gumbel-max with
-   *private* randomness: ``rng`` if given, otherwise a Generator seeded from the OS
-   entropy source. It is never derived from the seed.
-
-Decoding (server)
------------------
-Group ``g`` decodes to ``float32(sigma) * z_{g,k*_g}`` (only that candidate is
-generated), reassembled into the template's names and shapes as float32 NumPy arrays,
-or float32 CPU tensors where the template holds PyTorch tensors, or float32 arrays of the
-template's framework on its GPU. Decoding is bit identical between backends.
-
-Clipping diagnostics
---------------------
-``codec.encode(update, return_info=True)`` returns ``(message, info)`` with an
-:class:`EncodeInfo`: the update's global L2 norm before clipping, ``C``, whether it was
-clipped and the scale applied. It stays on the client (nothing of it is in the message;
-the norm is private data); see :meth:`DPRECCodec.encode` for tuning ``sigma`` with it.
-
-Privacy accounting
-------------------
-The guarantee depends on ``clip_multiplier`` ``c``, on the run (rounds ``T``, clients per round
-``B``, clients ``N``, how clients are sampled, delta) and on the message's bits, not on ``sigma``.
-:meth:`DPRECCodec.epsilon`, :meth:`DPRECCodec.local_epsilon` and :meth:`DPRECCodec.accountant`
-(a round-by-round :class:`dprec.accounting.DPRECRoundAccountant`) take the bits and the number
-of groups ``G`` from the layout of a template:
-
-* ``method="sound"`` (default), ``threat_model="server"`` or ``"messages"``: REC's messages are
-  bounded as sent (seed and index visible; :func:`dprec.accounting.rec_message_log_moments` with
-  ``K = 2^b`` of the smallest group): no overhead term and no bit-width rule, any bits work.
-  ``bits`` passed down is ``G`` times the smallest group's bits (the total for uniform bits; a
-  valid, conservative stand-in for mixed bits, as the bounds only grow as ``K`` shrinks).
-* ``method="sound"``, ``threat_model="central"``: the Gaussian curves plus REC's total-variation
-  cost ``eta = T B G 12 exp(c^2) / 2^b`` (:func:`dprec.accounting.rec_total_variation`), paid as
-  ``(1 + e^eps) eta`` of delta; ``2 eta >= delta`` is a ValueError naming ``bits``.
-* ``method="paper"``: Algorithm 7's overhead ``12 rho / 2^b`` on ``b``, the TOTAL bits of one
-  message (:attr:`Layout.total_bits`), with the **bit-width rule**: with ``rho = T B exp(c^2)``,
-  an overhead ``>= delta`` is a ValueError naming ``bits``, giving the message's ``G`` groups x
-  bits and the smallest uniform bits per group that brings the overhead to at most 10% of delta
-  (:func:`dprec.accounting.dprec_min_bits`); above 10% of delta warns
-  :class:`dprec.accounting.DPRECPrivacyWarning`.
-
-These methods import :mod:`dprec.accounting` (SciPy) when called.
-
-Every one of them says whom its guarantee holds against and passes ``threat_model=``,
-``relation=`` and ``method=`` through to :mod:`dprec.accounting.dprec_rec` unchanged (see
-:mod:`dprec.accounting.guarantee`): ``method="sound"`` (default) with ``threat_model="server"``
-(the observer knows which client sent each message: a Flower server) and ``relation="zero"`` (a
-client's update against a zero update, the only relation with a bound against the server) unless
-given; the result's ``threat_model``, ``relation``, ``epsilons`` (both relations), ``reasons`` (why
-a relation has no bound: its epsilon is ``inf``) and ``.guarantee`` / ``.summary()`` state it.
-``method="paper"`` is the paper's Algorithm 7 (its table's numbers; ``sampling="with_replacement"``
-only, no threat model or relation): not a guarantee against a message observer. An unknown
-``threat_model`` / ``relation`` / ``method``, or ``method="paper"`` with another sampling or with a
-threat model, is a ValueError naming the argument and the valid choices.
-
-Byte format and layout digest
------------------------------
-See :mod:`dprec.rec.message`: messages are ``33 + ceil(S/8)`` bytes with uniform bits (``S`` the
-total bits), with a CRC-32 and the 8-byte digest of the encoder's :class:`Layout`.
+See the *DP-REC* page of the documentation for encoding and decoding step by step, *Which
+guarantee do I have?* for the accounting, and *Randomness contract and wire formats* for the
+canonical order, groups and bytes (:mod:`dprec.rec.message`).
 """
 
 from __future__ import annotations
@@ -232,7 +154,7 @@ def _accounting_bits(layout: Layout, method: Any) -> int:
 
 
 class DPRECCodec:
-    """DP-REC compression of whole model updates (SPEC §3).
+    """DP-REC compression of whole model updates (see :mod:`dprec.rec.codec`).
 
     Parameters
     ----------
@@ -441,7 +363,8 @@ class DPRECCodec:
         ----------
         update : array, tensor, Mapping[str, array] or sequence of arrays
             The update ``phi = w_client - w_server``; see the module docstring for the
-            accepted containers, dtypes and canonical order.
+            accepted containers and dtypes (the canonical order is in *Randomness contract and
+            wire formats* in the docs).
         rng : numpy.random.Generator, optional
             Private randomness for the Gumbel-max draw. Default: a Generator seeded from
             the OS entropy source. It is never derived from the seed.

@@ -1,4 +1,4 @@
-"""DP-REC kernels for one group (SPEC §3): candidates, log-likelihood ratios,
+"""DP-REC kernels for one group: candidates, log-likelihood ratios,
 Gumbel-max sampling, decoding and server-side aggregation.
 
 Group ``g`` of a message with seed ``seed`` has ``K = 2**bits`` candidates;
@@ -320,7 +320,7 @@ def encode_group(
     rng: np.random.Generator | None = None,
     backend: str = "auto",
 ) -> int:
-    """Encode one group: the index ``k*`` drawn from ``softmax(logits)`` (SPEC §3 steps 3-5)."""
+    """Encode one group: the index ``k*`` drawn from ``softmax(logits)``."""
     lg = logits(phi, seed, group, bits, sigma=sigma, scale=scale, backend=backend)
     return sample_index(lg, rng=rng, backend=backend)
 

@@ -1,46 +1,20 @@
 """The DP-REC wire format: :class:`DPRECMessage` (one client's seed and indices), its bytes,
 and the :class:`Layout` of groups whose digest ties a message to the codec and template that
-made it (SPEC §3). Pure Python and NumPy: servers can parse and check messages without any
-kernel. :mod:`dprec.rec.codec` re-exports every public name.
+made it. Pure Python and NumPy: servers can parse and check messages without any kernel.
+:mod:`dprec.rec.codec` re-exports every public name.
 
-Byte format (version 1)
------------------------
-:meth:`DPRECMessage.to_bytes` writes, little-endian:
+:meth:`DPRECMessage.to_bytes` writes format version :data:`FORMAT_VERSION`: a 28-byte header
+(magic ``b"DPRC"``, versions, flags, seed, layout digest, group count), the bits per group, the
+indices packed least significant bit first, and a CRC-32; ``33 + ceil(S/8)`` bytes with uniform
+bits (``S`` the total bits), ``32 + G + ceil(S/8)`` otherwise. :meth:`DPRECMessage.from_bytes`
+takes exactly one message and raises ValueError naming the problem for truncated input, trailing
+bytes, a bad magic, an unsupported format version or flag, a normal-transform version other than
+this build's, a CRC mismatch, bits out of range and non-zero padding; and TypeError for an object
+that is not bytes-like. Decoding or aggregating with a template or codec whose names, shapes,
+group split, bits or sigma differ from the encoder's (another :attr:`Layout.digest`) raises
+ValueError; ``clip_multiplier`` and the backend do not enter the digest.
 
-==========  ==============  ==========================================================
-offset      size (bytes)    field
-==========  ==============  ==========================================================
-0           4               magic ``b"DPRC"``
-4           1               format version (1)
-5           1               normal-transform version (``constants.NORMAL_TRANSFORM_VERSION``)
-6           2               flags, uint16: bit 0 ``UNIFORM_BITS`` (every group has the same
-                            bits); bits 1-15 reserved, must be 0
-8           8               seed, uint64
-16          8               layout digest (see :attr:`Layout.digest`)
-24          4               group count ``G``, uint32, ``>= 1``
-28          1 or ``G``      bits per group, uint8 each in 1..24: one byte if
-                            ``UNIFORM_BITS``, else one per group in group order
-28 + B      ``ceil(S/8)``   indices (``B`` = 1 or ``G``, the length of the bits field):
-                            ``S = sum_g b_g`` bits; index ``k*_g`` occupies ``b_g``
-                            bits, least significant bit first, groups in order, packed
-                            from the least significant bit of each byte; the padding
-                            bits of the last byte are 0
-end - 4     4               CRC-32 (``zlib.crc32``, IEEE) of every preceding byte, uint32
-==========  ==============  ==========================================================
-
-So a message is ``33 + ceil(S/8)`` bytes with uniform bits (``32 + G + ceil(S/8)``
-otherwise). A reader rejects unknown format versions and flags, so later features
-(entropy-coded indices, history compression) get a new flag or version.
-:meth:`DPRECMessage.from_bytes` raises ValueError naming the problem for truncated
-input, trailing bytes, a bad magic, an unsupported format version or flag, a
-normal-transform version other than this build's, a CRC mismatch (corruption), bits out
-of range and non-zero padding; and TypeError for an object that is not bytes-like.
-
-The layout digest is BLAKE2b with an 8-byte digest size (``person=b"dprec.rec.layout"``) over
-the format version, the tensor names (UTF-8) and shapes in canonical order, every
-group's tensor, offset, size and bits, and ``sigma`` (float64): decoding or aggregating
-with a template or codec whose names, shapes, group split, bits or sigma differ from
-the encoder's raises ValueError. ``clip_multiplier`` and the backend do not enter it.
+See *Randomness contract and wire formats* in the documentation for every byte and the digest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pure-NumPy fast Walsh-Hadamard transform and randomized Hadamard rotation (SPEC §2, §4).
+"""Pure-NumPy fast Walsh-Hadamard transform and randomized Hadamard rotation (see *Rotation and sketching*).
 
 The transform is in natural (Sylvester) order: ``H_1 = [1]``,
 ``H_{2n} = [[H_n, H_n], [H_n, -H_n]]`` (the matrix of ``scipy.linalg.hadamard``). The

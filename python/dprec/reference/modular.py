@@ -1,4 +1,4 @@
-"""Pure-NumPy arithmetic modulo ``M = 2**bits``, ``1 <= bits <= 64`` (SPEC §4, secure aggregation).
+"""Pure-NumPy arithmetic modulo ``M = 2**bits``, ``1 <= bits <= 64`` (secure aggregation).
 
 Values mod ``M`` are stored as uint32 for ``bits <= 32`` and uint64 above (:func:`storage_dtype`).
 NumPy's unsigned integer arithmetic wraps modulo ``2**32`` / ``2**64``, multiples of ``M``, so a

@@ -1,101 +1,28 @@
-"""Pure-Python reference of the discrete-noise samplers of secure aggregation (SPEC §2, §4).
+"""Pure-Python reference of the discrete-noise samplers of secure aggregation.
 
 This module is the executable definition of the samplers: the native kernels
-(``csrc/common/discrete_noise.h``) consume the same Philox bits in the same order and do
-the same integer and float64 operations, so both give the same samples bit for bit. It is a
-scalar loop over Python ints (exact at any size) and is slow: use it to cross-check.
+(``csrc/common/discrete_noise.h``) consume the same Philox bits in the same order and do the same
+integer and float64 operations, so both give the same samples bit for bit. It is a scalar loop
+over Python ints (exact at any size) and is slow: use it to cross-check.
 
-Randomness layout
------------------
-Element ``i`` of a call reads its own Philox4x32-10 stream: key = the 64-bit private seed,
-counter ``(block, i mod 2**32, i >> 32, 5)`` (domain 5, discrete noise), blocks 0, 1, 2, ...
-in order, four words per block, word 0 first (:class:`WordReader`). The samplers read that
-stream as a sequence of bits (:class:`BitReader`): the words concatenated, each word most
-significant bit first (bit 31 of word 0 of block 0 is the first bit). ``take(n)`` returns the
-next ``n`` bits as an integer, the first one most significant, so ``n`` bits read at once or
-in pieces are the same bits. Element ``i`` never depends on the others, on the thread count
-or on the chunking. The block counter is 32 bits and would wrap after ``2**39`` bits; a
-sample needs a few hundred at most on average.
+:func:`discrete_gaussian` ``(seed, sigma, n)``
+    ``n`` exact samples of ``N_Z(0, sigma**2)`` (Canonne, Kamath and Steinke 2020, Algorithms
+    1-3, in integer arithmetic), with ``sigma**2`` rounded *up* by :func:`gaussian_grid`.
+:func:`skellam` ``(seed, variance, n)``
+    ``n`` samples of ``Poisson(mu/2) - Poisson(mu/2)`` (variance ``mu``): Knuth's method below
+    10, Hoermann's PTRS from 10 on.
+:class:`WordReader`, :class:`BitReader`, :func:`uniform_below`, :func:`bernoulli`,
+:func:`bernoulli_half`, :func:`bernoulli_exp`, :func:`discrete_laplace`, :func:`poisson`, ...
+    The primitives, each consuming bits exactly as the native code does.
+:func:`det_log`, :func:`det_log1p`, :func:`det_exp`, :func:`log_factorial`
+    Deterministic float64 functions (no libm), for bit-identity with C++.
 
-Primitives (both implementations consume bits exactly like this)
----------------------------------------------------------------
-* :func:`uniform_below` ``(bound)``, ``1 <= bound < 2**128``: ``nbits = bit_length(bound -
-  1)``; ``nbits == 0`` gives 0 and reads nothing; else ``take(nbits)``, accepted if below
-  ``bound``, else drawn again (rejection, fewer than 2 tries on average).
-* :func:`bernoulli` ``(num, den)``, ``0 <= num <= den``: ``num == 0`` gives False and ``num
-  == den`` True, reading nothing. Otherwise a lazy comparison of the uniform ``U`` (the next
-  bits, read as a binary fraction) with ``num / den``, 16 bits at a time: with ``r = num``,
-  repeat { ``b = take(16)``; ``x = r 2**16 - b den``; ``x >= den`` (so ``U < (b + 1) 2**-16
-  <= r / den``) gives True; ``x <= 0`` (so ``U >= r / den``) gives False; else ``r = x``
-  (probability ``2**-16``: ``U 2**16 - b`` is uniform again) }. Exact; a single 16-bit piece
-  except with probability ``2**-16``, whatever the size of ``den`` (natively ``den <
-  2**112``; the samplers' ``den`` is below ``2**100``).
-* :func:`bernoulli_half`: ``take(1) == 1``.
-* :func:`bernoulli_exp` ``(num, den)``: Bernoulli(``exp(-num/den)``), Canonne, Kamath and
-  Steinke (2020), Algorithm 1. For ``num <= den``: ``K = 1``; repeat { ``A = uniform_below(K)
-  == 0 and bernoulli(num, den)`` (the second only drawn when the first holds); stop unless
-  ``A``; ``K += 1`` }; the result is ``K`` odd. For ``num > den``: ``q, r = divmod(num,
-  den)``; ``q`` times ``bernoulli_exp(1, 1)``, False at the first False; then
-  ``bernoulli_exp(r, den)``. When ``q >= 2**64`` the result is False outright (it would be
-  True with probability ``exp(-q) < exp(-2**64)``).
+Element ``i`` of a call reads its own Philox stream ``(seed, i mod 2**32, i >> 32, domain 5)`` as
+a sequence of bits, so it never depends on the others, on the thread count or on the chunking.
 
-Discrete Gaussian (:func:`discrete_gaussian`)
---------------------------------------------
-Exact sampling of ``N_Z(0, sigma**2)``, ``P(x) ~ exp(-x**2 / (2 sigma**2))`` on the integers
-(Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020,
-Algorithms 2 and 3), in integer arithmetic only:
-
-* ``sigma**2`` is represented exactly as ``N / 2**k`` (:func:`gaussian_grid`): with the
-  exact square of the float64 ``sigma`` (not its float64 rounding), ``k = min(56, max(0, 40
-  - floor(log2 sigma**2)))`` and ``N = ceil(sigma**2 2**k) >= 1``: 40 significant bits, on
-  a grid of ``2**-56``. Rounding up means the noise is never smaller than asked (the
-  privacy guarantee of ``sigma`` holds); the variance parameter grows by less than
-  ``2**-40`` relatively (by at most ``2**-56`` for ``sigma < 2**-8``).
-* ``t = isqrt(N >> k) + 1``, i.e. ``floor(sigma) + 1`` computed exactly.
-* Discrete Laplace of scale ``t`` (Algorithm 2 with ``s = 1``): repeat { ``U =
-  uniform_below(t)``; unless ``bernoulli_exp(U, t)`` start again; ``V = 0``; while
-  ``bernoulli_exp(1, 1)``: ``V += 1``; ``Y = U + t V``; ``B = bernoulli_half()``; if ``B``
-  and ``Y == 0`` start again; return ``-Y`` if ``B`` else ``Y`` }.
-* Discrete Gaussian (Algorithm 3): repeat { ``Y`` = discrete Laplace; ``a = |Y| t 2**k -
-  N``; if ``bernoulli_exp(a**2, 2 N t**2 2**k)``: return ``Y`` }; the ratio is ``(|Y| -
-  sigma**2 / t)**2 / (2 sigma**2)`` exactly.
-
-Bounds (with the ``k`` above; derived in ``csrc/common/discrete_noise.h``): ``N < 2**49``,
-``t 2**k <= 2**56`` and the denominator ``2 N t**2 2**k < 2**100``, so every integer fits
-128 bits when ``|Y| t 2**k < 2**63``. A candidate with ``|Y| t 2**k >= 2**63`` (so ``|Y|
->= 128`` and ``|Y| >= 2**14 sigma``) is rejected outright: exact sampling would accept it
-with probability ``exp(-(|Y| - sigma**2/t)**2 / (2 sigma**2)) < exp(-2**27)`` (the least
-exponent over every allowed sigma is 2.7e8). Rejecting it makes the output the exact
-discrete Gaussian conditioned on ``|X| < 2**63 / (t 2**k)``, at total-variation distance
-``P(|X| >= 2**63 / (t 2**k)) < exp(-2**27)`` from it. The ``q >= 2**64`` rule of
-:func:`bernoulli_exp` likewise conditions on an event of probability above ``1 -
-exp(-2**64)``. These are the only departures from exact sampling.
-
-Skellam (:func:`skellam`)
--------------------------
-``Poisson(mu/2) - Poisson(mu/2)`` (variance ``mu``): element ``i`` draws the first Poisson
-then the second from its stream. Uniforms in (0, 1) take 64 bits ``w = take(64)``, i.e. two
-words ``w0 = w >> 32``, ``w1 = w mod 2**32`` (Skellam reads nothing else, so these are the
-stream's words ``2j`` and ``2j + 1``): ``u = ((w0 >> 6) 2**26 + (w1 >> 6) + 1/2) 2**-52``,
-exact, never 0 or 1. Poisson(lam):
-
-* ``lam < 10``: Knuth's multiplication method: ``L = exp(-lam)``; multiply uniforms until
-  the product is ``<= L``; the count of factors minus one.
-* ``lam >= 10``: Hoermann's PTRS (transformed rejection with squeeze, 1993), an exact
-  rejection method. Its acceptance test ``log V + log(1/alpha) - log(a / us**2 + b) <= -lam
-  + k log lam - log k!`` is evaluated in float64 with this module's own :func:`det_log`;
-  for ``k >= 16`` the right side is computed as ``(k - lam) - k log1p((k - lam) / lam) -
-  (log(k) / 2 + log(2 pi) / 2 + c(k))`` with the Stirling correction ``c(k)``: its absolute
-  error stays below ``1e-8`` up to ``lam = 2**47`` (measured against 50-digit mpmath: 1e-14
-  at ``lam = 10``, 1e-12 at 1e6, 1e-9 at 1e12), while the textbook form, even with libm's
-  log and lgamma, is off by 3e-9 at 1e6, 4e-3 at 1e12 and 1.1 at ``2**47``. A candidate
-  ``k >= 2**53`` is rejected (its Poisson probability is below ``exp(-2**52)``). So the law
-  is exact up to the float64 rounding of that acceptance test.
-
-Bit-identity with C++ needs the same float64 operations: only ``+ - * /``, ``sqrt``,
-``floor``, ``frexp``/``ldexp`` and the own :func:`det_log`, :func:`det_log1p`,
-:func:`det_exp` and :func:`log_factorial` below (no libm), every expression in a fixed
-order; the C++ side is compiled without FMA contraction.
+See *Randomness contract and wire formats* (*Discrete noise samplers, bit by bit*) in the
+documentation for every step, the bounds that keep the integers within 128 bits, and the only
+departures from exact sampling.
 """
 
 from __future__ import annotations
@@ -219,7 +146,7 @@ def uniform_below(bits: BitReader, bound: int) -> int:
 
 def bernoulli(bits: BitReader, num: int, den: int) -> bool:
     """Bernoulli(``num / den``), ``0 <= num <= den``, ``den >= 1``: lazy comparison of the
-    stream's bits with ``num / den``, 16 bits at a time (module docstring)."""
+    stream's bits with ``num / den``, 16 bits at a time (see the docs' contract page)."""
     if num == 0:
         return False
     if num >= den:
@@ -313,7 +240,7 @@ def discrete_gaussian_one(bits: BitReader, params: tuple[int, int, int, int, int
     while True:
         y = discrete_laplace(bits, t)
         m = abs(y)
-        if m >= y_limit:  # |Y| t 2**k >= 2**63: rejected outright (module docstring)
+        if m >= y_limit:  # |Y| t 2**k >= 2**63: rejected outright (see the docs' contract page)
             continue
         a = m * tk - n
         if bernoulli_exp(bits, a * a, den):
@@ -448,7 +375,7 @@ class _PoissonParams:
 
 
 def _log_pmf_bound(p: _PoissonParams, k: int) -> float:
-    """``-lam + k log lam - log k!``, cancellation-free for ``k >= 16`` (module docstring)."""
+    """``-lam + k log lam - log k!``, cancellation-free for ``k >= 16`` (see the docs' contract page)."""
     x = float(k)
     if k < _STIRLING_FROM:
         return (-p.lam + x * p.log_lam) - _LOG_FACTORIAL[k]

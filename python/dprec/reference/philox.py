@@ -1,4 +1,4 @@
-"""Pure-NumPy Philox4x32-10 and the dprec normal transform (SPEC §2).
+"""Pure-NumPy Philox4x32-10 and the dprec normal transform (see *Randomness contract and wire formats*).
 
 This module is the executable definition of the randomness contract. The native
 kernels in ``dprec._core`` are tested against it bit for bit, so every floating-point
@@ -100,7 +100,7 @@ def stream_words(seed: int, count: int, substream: int = 0, group: int = 0, doma
 
 def words_to_signs(words: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
     """``+1`` for a word below ``2**31``, else ``-1``, in ``dtype``: the sign rule of the
-    count-sketch and of the Hadamard rotation's diagonal (SPEC §4)."""
+    count-sketch and of the Hadamard rotation's diagonal."""
     return (1 - 2 * (words >> np.uint32(31)).astype(np.int8)).astype(dtype)
 
 

@@ -1,68 +1,23 @@
-"""Pure-NumPy QMGeo quantizer (Wang and Gursoy; SPEC §5 corrected pmf; SPEC §2 domain 4).
+"""Pure-NumPy QMGeo quantizer and index packing (Wang and Gursoy; the corrected pmf).
 
-This module is the executable definition of the quantizer; the native kernel
-(``csrc/cpu/qmgeo.cpp``) repeats its float64 operations in the same order, and the two are
-bit-identical for every input.
+This module is the executable definition of the quantizer and of the wire layout of its indices:
+the native kernels (``csrc/cpu/qmgeo.cpp``, ``csrc/cpu/qmgeo_pack.cpp``) repeat its float64
+operations in the same order and are bit-identical to it for every input (the packing
+byte-identical, with the same indices, sums and errors). It is for cross-checking them.
 
-The pmf
--------
-Levels ``Bin(j) = -w_max + j * step``, ``step = 2 w_max / (R - 1)``, ``j = 0 .. R-1``, q = 1 - p.
-For ``c = clip(w, -w_max, w_max)``: ``r = min(floor((c + w_max) / step), R - 2)`` and
-``theta = clip((c - Bin(r)) / step, 0, 1)`` (the clip only absorbs float64 rounding), computed
-with exactly the operations of :func:`dprec.accounting.qmgeo.qmgeo_log_pmf`. Output ``j`` has
-probability ``(1 - theta) p q^(r-j) / (1 - q^(r+1))`` for ``j <= r`` and
-``theta p q^(j-r-1) / (1 - q^(R-r-1))`` for ``j > r``. It is sampled in two steps: a *branch*
-(down, to a level ``<= r``, with probability ``1 - theta``; up otherwise) and an *offset*
-``k >= 0`` within the branch, a geometric truncated to ``count`` values, ``P(k) ~ q^k``
-(``count = r + 1`` down, ``R - r - 1`` up); the output is ``r - k`` or ``r + 1 + k``.
+:func:`quantize`
+    The level indices of ``w`` under one client-private seed (Philox domain 4: element ``j``
+    reads words ``2j`` and ``2j + 1`` of sub-stream 0 for the branch and of sub-stream 1 for the
+    geometric offset; sub-stream 1 is not read when ``p = 1``).
+:func:`pack_indices`, :func:`unpack_indices`, :func:`accumulate_indices`, :func:`index_bits`,
+:func:`payload_bytes`
+    Indices at ``b = ceil(log2 R)`` bits each, least significant bit first; a payload with a
+    padding bit set or an index ``>= R`` is a ValueError (the second naming the first such
+    position).
 
-Randomness layout (fixed; part of the contract)
------------------------------------------------
-One client-private 64-bit seed per call. Element ``j`` reads words ``2j`` and ``2j + 1`` of two
-Philox streams ``(seed, substream s, group, domain 4)``: ``s = 0`` gives the branch word
-``u0 = (w[2j] << 32) | w[2j+1]``, ``s = 1`` the offset word ``u1`` formed the same way. Nothing
-else is read, so the result of element ``j`` does not depend on the other elements, on chunking
-or on the thread count. (With ``p = 1`` sub-stream 1 is not read at all.)
-
-What is exact and what is float64-rounded
------------------------------------------
-* ``r`` and ``theta`` are float64 computations from ``w`` (as in the accounting's pmf).
-* The branch is exact given ``theta``: up iff ``theta >= 1`` or ``u0 < floor(theta 2**64)``,
-  so ``P(up) = floor(theta 2**64) / 2**64``, i.e. ``theta`` exactly when ``theta`` is a multiple
-  of ``2**-64`` (always when ``theta >= 2**-11``), else below it by less than ``2**-64``.
-* The offset is the inverse CDF in float64:
-  ``k = trunc(min(log1p(-v t) / log q, count - 1))`` with ``v = (2 (u1 >> 12) + 1) 2**-53``
-  (52 random bits, exact, in (0, 1)), ``t = 1 - q^count``, and ``log``, ``log1p``, ``exp`` and
-  ``expm1`` the deterministic float64 functions of ``csrc/common/det_math.h`` (about 1 ulp;
-  no libm). In exact arithmetic ``k`` would have the truncated geometric law exactly (up to the
-  ``2**-52`` grid of ``v``); in float64 each CDF boundary ``1 - q^(k+1)`` is moved by a few
-  ulp, so each ``P(k)`` is off by at most about ``1e-15`` in absolute terms. ``t`` is
-  ``-expm1(x)`` by a series for ``|x| <= 1/4`` (``x = count log q``; no cancellation when q is
-  close to 1), ``1 - exp(x)`` down to ``x = -40``, and 1 below.
-* ``p = 1`` (plain stochastic rounding between ``Bin(r)`` and ``Bin(r+1)``) and ``count = 1``
-  take ``k = 0`` without reading ``u1``.
-
-Wire layout of the indices (fixed; part of the contract)
---------------------------------------------------------
-SPEC §5: ``b = ceil(log2 R)`` bits per coordinate (``1 <= b <= 16``; :func:`index_bits`).
-Index ``i`` of ``n`` occupies bits ``[i b, (i + 1) b)`` of the payload bit stream, least
-significant bit first; payload bit ``t`` is bit ``t % 8`` (least significant = 0) of byte
-``t // 8``. Equivalently the payload, read as one little-endian integer, is
-``sum_i idx_i << (i b)``. It has ``ceil(n b / 8)`` bytes, and the padding bits of the last byte
-(the top ``8 ceil(n b / 8) - n b`` bits) are 0. This is the bit order of
-``numpy.packbits(..., bitorder="little")`` over the LSB-first bits of each index, the order the
-DP-REC message uses for its indices. Example, ``b = 3``, indices ``[1, 2, 3, 4, 5]`` (15 bits,
-2 bytes): the bit stream is ``100 010 110 001 101`` (each index LSB first) and one padding 0, so
-byte 0 holds stream bits ``1 0 0 0 1 0 1 1`` (bit 0 first) = ``0xD1`` and byte 1
-``0 0 0 1 1 0 1 0`` = ``0x58``; as an integer, ``1 + (2 << 3) + (3 << 6) + (4 << 9) + (5 << 12)
-= 0x58D1``. Eight indices fill exactly ``b`` bytes, which is
-how the native kernel (``csrc/cpu/qmgeo_pack.cpp``) works; it is byte-identical to
-:func:`pack_indices` and gives the same indices, sums and errors as :func:`unpack_indices` and
-:func:`accumulate_indices`.
-
-A payload is *corrupted* when a padding bit is 1 (checked first) or an index is ``>= R`` (only
-possible when ``R`` is not a power of two); both are ValueErrors, the second naming the first
-such position.
+See the *QMGeo* page of the documentation for the pmf, the randomness layout and what is exact
+and what is float64-rounded, and *Randomness contract and wire formats* for the bit layout of a
+payload, with a worked example.
 """
 
 from __future__ import annotations
@@ -158,7 +113,7 @@ def _quantize_chunk(
 
 
 def quantize(w: np.ndarray, seed: int, group: int, w_max: float, levels: int, p: float) -> np.ndarray:
-    """QMGeo level indices (uint16, ``w``'s shape) of the float64 ``w`` (see the module notes).
+    """QMGeo level indices (uint16, ``w``'s shape) of the float64 ``w`` (see the *QMGeo* docs page).
 
     ``w`` is clipped to ``[-w_max, w_max]``; it must be finite (ValueError naming ``w``).
     ``2 <= levels <= 2**16``, ``w_max > 0``, ``MIN_QMGEO_P <= p <= 1``.
@@ -218,7 +173,7 @@ def pack_indices(indices: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _decode(payload: np.ndarray, bits: int, levels: int, count: int) -> np.ndarray:
-    """The ``count`` indices (uint32) of ``payload``, checked (see the module notes)."""
+    """The ``count`` indices (uint32) of ``payload``, checked (padding first, then every index < levels)."""
     _check_bits(bits)
     if bits != index_bits(levels):
         raise ValueError(f"bits must be ceil(log2 levels) = {index_bits(levels)} for levels = {levels}, got {bits}")

@@ -1,4 +1,4 @@
-"""Pure-NumPy DP-REC kernels (SPEC §3): the reference the native kernels are tested against."""
+"""Pure-NumPy DP-REC kernels: the reference the native kernels are tested against."""
 
 from __future__ import annotations
 

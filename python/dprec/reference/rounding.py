@@ -1,4 +1,4 @@
-"""Pure-NumPy randomized rounding to integers (SPEC §2 domain 4, SPEC §4).
+"""Pure-NumPy randomized rounding to integers (Philox domain 4; secure aggregation).
 
 One rounding of a float64 vector ``x`` with the uniforms of the client-private Philox stream
 ``(seed, substream=attempt, group, domain=4)``: element ``j`` reads words ``2j`` and ``2j+1``

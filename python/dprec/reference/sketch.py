@@ -1,4 +1,4 @@
-"""Pure-NumPy count-sketch (SPEC §2, §4).
+"""Pure-NumPy count-sketch (see *Rotation and sketching* in the docs).
 
 Row ``r`` hashes element ``j`` to bucket ``h_r(j) = (uint64(w) * cols) >> 32`` with ``w``
 element ``j`` of the Philox stream ``(seed, substream=r, group, domain=1)``, and gives it

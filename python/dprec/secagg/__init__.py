@@ -1,4 +1,4 @@
-"""The secure-aggregation distributed-DP pipeline of Chen et al. (SPEC §4).
+"""The secure-aggregation distributed-DP pipeline of Chen et al. (see *Secure aggregation* in the docs).
 
 Building blocks (native C++, multi-threaded, with bit-identical NumPy references):
 

@@ -1,4 +1,4 @@
-"""Arithmetic modulo ``M = 2**bits`` for secure aggregation (SPEC §4).
+"""Arithmetic modulo ``M = 2**bits`` for secure aggregation (see *Secure aggregation* in the docs).
 
 Each client reduces its integer vector mod ``M`` (:func:`modular_reduce`); SecAgg reveals only
 the sum of the clients' vectors mod ``M`` (:func:`modular_sum`, or :class:`ModularAccumulator`

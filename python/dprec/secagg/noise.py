@@ -1,4 +1,4 @@
-"""Integer noise for distributed DP under secure aggregation (SPEC §4): exact discrete
+"""Integer noise for distributed DP under secure aggregation: exact discrete
 Gaussian and Skellam samplers.
 
 Each client adds integer noise to its rounded, scaled vector before the modular reduction;
@@ -13,10 +13,10 @@ Randomness layout
 Element ``i`` of a call reads its own Philox4x32-10 stream: key = the private seed, counter
 ``(block, i mod 2**32, i >> 32, 5)`` (domain 5), blocks 0, 1, 2, ... in order, word 0 first.
 The samplers read it as a sequence of bits (each word most significant bit first), each
-primitive taking only the bits it needs (the exact rule is in :mod:`dprec.reference.noise`),
-so element ``i`` depends only on ``(seed, i)``: the result is the same for any thread count,
-and the native kernels and the pure-Python reference (where every step is spelled out) give
-the same samples bit for bit.
+primitive taking only the bits it needs (the exact rule is in *Randomness contract and wire
+formats* in the docs), so element ``i`` depends only on ``(seed, i)``: the result is the same
+for any thread count, and the native kernels and the pure-Python reference
+(:mod:`dprec.reference.noise`) give the same samples bit for bit.
 
 Both samplers run on the host: ``backend="auto"`` and ``"cpu"`` use the native module,
 ``"reference"`` the pure-Python reference (slow: about 0.1 ms per sample); ``"cuda"`` is
@@ -104,7 +104,8 @@ def sample_discrete_gaussian(
     total-variation distance to the exact law is below ``exp(-2**27)``.
 
     Randomness: element ``i`` reads Philox stream ``(seed, i mod 2**32, i >> 32, domain 5)``
-    (module docstring); results do not depend on the thread count.
+    (see *Randomness contract and wire formats* in the docs); results do not depend on the
+    thread count.
 
     References
     ----------

@@ -1,4 +1,4 @@
-"""The distributed-DP pipelines of Chen et al. (Algorithms 1, 2 and 6; SPEC §4): DDG and Skellam.
+"""The distributed-DP pipelines of Chen et al. (Algorithms 1, 2 and 6): DDG and Skellam.
 
 A round of federated mean estimation under secure aggregation (SecAgg) with distributed noise:
 
@@ -15,7 +15,7 @@ server (:meth:`DistributedPipeline.decode`)
 
 The rotation and the sketch come from the round's **shared** seed (the server needs them); the
 rounding uniforms and the noise come from a **client-private** seed (OS entropy unless the
-caller passes a NumPy Generator), SPEC §2.
+caller passes a NumPy Generator; see *Randomness contract and wire formats* in the docs).
 
 Parameters are chosen like TensorFlow Federated's ``DistributedDpSumFactory``, but written down
 (see :class:`DistributedPipeline`): the scale ``1/gamma`` is the largest for which ``k`` standard
@@ -637,7 +637,7 @@ class DDGPipeline(DistributedPipeline):
 
     Each client adds ``N_Z(0, (sigma/gamma)^2)`` noise (exact sampler,
     :func:`dprec.secagg.sample_discrete_gaussian`); the accounting is
-    :func:`dprec.accounting.discrete.ddg_epsilon` (Theorem E.1 with the SPEC §4 errata, and
+    :func:`dprec.accounting.discrete.ddg_epsilon` (Theorem E.1 with its errata, see *Privacy accounting* in the docs, and
     Kairouz et al.'s per-order bounds). See :class:`DistributedPipeline` for the parameters.
     """
 
@@ -657,7 +657,7 @@ class DDGPipeline(DistributedPipeline):
 
 
 class SkellamPipeline(DistributedPipeline):
-    """The distributed Skellam mechanism (Agarwal, Kairouz and Liu 2021), SPEC §4's alternative.
+    """The distributed Skellam mechanism (Agarwal, Kairouz and Liu 2021), the alternative to the DDG.
 
     Each client adds symmetric Skellam noise of variance ``(sigma/gamma)^2``
     (:func:`dprec.secagg.sample_skellam`); the sum of the shares is Skellam with the summed

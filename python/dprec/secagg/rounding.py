@@ -1,4 +1,4 @@
-"""Randomized rounding to integers, plain and conditional (SPEC §4; Kairouz, Liu and Steinke 2021).
+"""Randomized rounding to integers, plain and conditional (Kairouz, Liu and Steinke 2021).
 
 The client of the distributed discrete Gaussian pipeline scales its (clipped, rotated) vector
 to the integer grid and rounds every coordinate at random, up with probability equal to its
@@ -11,7 +11,7 @@ The rounding rule (bit for bit the same on every backend; :mod:`dprec.reference.
 ------------------------------------------------------------------------------------------
 One private 64-bit seed per call (:func:`dprec._runtime.validation.private_seed`: the OS entropy
 source, or ``rng`` when given); attempt ``k`` uses the Philox stream ``(seed, substream=k,
-group, domain=4)`` (SPEC §2), whose words ``2j`` and ``2j+1`` form the 64-bit uniform
+group, domain=4)`` (see *Randomness contract and wire formats* in the docs), whose words ``2j`` and ``2j+1`` form the 64-bit uniform
 ``u = (w[2j] << 32) | w[2j+1]`` of element ``j``. With ``a = |x_j|``, ``m = floor(a)`` and
 ``f = a - m`` (exact in float64), ``|out_j| = m + (u < floor(f * 2**64))`` and ``out_j`` has
 ``x_j``'s sign. Hence ``P(|out_j| = m + 1) = floor(f * 2**64) / 2**64``, which is exactly ``f``

@@ -1,4 +1,4 @@
-"""Fast Walsh-Hadamard transform and randomized Hadamard rotation (SPEC §2, §4).
+"""Fast Walsh-Hadamard transform and randomized Hadamard rotation (see *Rotation and sketching* in the docs).
 
 :func:`fwht` is the Walsh-Hadamard transform in natural (Sylvester) order, the matrix of
 ``scipy.linalg.hadamard``: ``H_1 = [1]``, ``H_{2n} = [[H_n, H_n], [H_n, -H_n]]``.

@@ -1,4 +1,4 @@
-"""Count-sketch for secure-aggregation compression (SPEC §2, §4).
+"""Count-sketch for secure-aggregation compression (see *Rotation and sketching* in the docs).
 
 :class:`CountSketch` maps a vector of ``dim`` elements to a ``rows x cols`` table,
 linearly: ``table[r, h_r(j)] += s_r(j) * x[j] * scale`` with ``scale = 1/rows`` (count-mean,

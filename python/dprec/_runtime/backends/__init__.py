@@ -59,7 +59,7 @@ class Kernels(Protocol):
 
     def fill_zero(self, a: Array) -> None: ...
 
-    # -- Philox streams (SPEC §2) ---------------------------------------------------------------
+    # -- Philox streams -------------------------------------------------------------------------
     def philox4x32(self, counter: U32s, key: U32s) -> U32s:
         """Philox4x32-10 of host counters (shape (..., 4)) under ``key`` (2 words)."""
 
@@ -71,7 +71,7 @@ class Kernels(Protocol):
     ) -> None:
         """``float32(scale) * z`` for the standard normals of those elements (float32)."""
 
-    # -- DP-REC (SPEC §3) -----------------------------------------------------------------------
+    # -- DP-REC ---------------------------------------------------------------------------------
     def dot_products(self, phi: Array, seed: int, group: int, factor: float, out: Array) -> None:
         """``out[k] = factor * <z_k, phi>`` for ``k < out.size`` (float64)."""
 
@@ -107,7 +107,7 @@ class Kernels(Protocol):
     def aggregate_f32(self, out: Array, group: int, seeds: U64s, indices: U32s, coefs: F64s) -> None:
         """``out <- float32(sum_c coefs[c] * z_c)``, the sum taken in float64 client after client."""
 
-    # -- Hadamard and count-sketch (SPEC §4) ---------------------------------------------------
+    # -- Hadamard and count-sketch -------------------------------------------------------------
     def fwht(self, src: Array, dst: Array, n: int, normalize: bool) -> None:
         """``dst <- H_n src`` row by row (rows of ``n``); ``dst`` may be ``src``."""
 
@@ -128,7 +128,7 @@ class Kernels(Protocol):
         """The mean or median estimate of the sketched vector into ``out``."""
 
 
-    # -- SecAgg distributed DP: discrete noise, rounding, modular arithmetic (SPEC §4) ---------
+    # -- SecAgg distributed DP: discrete noise, rounding, modular arithmetic -------------------
     def discrete_gaussian(self, out: Array, seed: int, sigma: float) -> None:
         """``out[i] <- N_Z(0, sigma**2)`` exactly (Canonne-Kamath-Steinke), int64 on the host;
         element ``i`` reads its own Philox stream ``(seed, substream=i % 2**32, group=i >> 32,
@@ -143,11 +143,11 @@ class Kernels(Protocol):
         (the rule: :mod:`dprec.reference.rounding`); returns ``sum out**2`` (float64, in a fixed
         order). ``x`` is finite with ``|x| < 2**62`` (checked by the caller)."""
 
-    # -- QMGeo quantization (SPEC §5) -------------------------------------------------------------
+    # -- QMGeo quantization -----------------------------------------------------------------------
     def qmgeo_quantize(self, w: Array, seed: int, group: int, w_max: float, levels: int, p: float, out: Array) -> None:
         """QMGeo level indices of float32 or float64 ``w`` (finite; each value taken as its exact
         float64 value; clipped to ``[-w_max, w_max]``) into uint16 ``out``, with the corrected pmf
-        of SPEC §5, ``2 <= levels <= 2**16``, ``2**-512 <= p <= 1``. Element ``j`` reads words ``2j, 2j+1`` of ``(seed, substream=0,
+        (see the *QMGeo* docs page), ``2 <= levels <= 2**16``, ``2**-512 <= p <= 1``. Element ``j`` reads words ``2j, 2j+1`` of ``(seed, substream=0,
         group, domain=4)`` (branch) and of substream 1 (offset); the rule is
         :mod:`dprec.reference.qmgeo`. Host only (the CUDA backend refuses: client side)."""
 

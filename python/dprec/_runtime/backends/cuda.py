@@ -149,7 +149,7 @@ class CudaKernels(ComposedGroupSampling):
         _cuda().count_sketch_decode(table.device, table.stream, table.ptr, table.dtype, dim, seed, group, rows, cols,
                                     median, median_scale, out.ptr)
 
-    # -- SecAgg (SPEC §4) ------------------------------------------------------------------------
+    # -- SecAgg ----------------------------------------------------------------------------------
     # The client side (noise, rounding, the reduction mod M) draws private randomness and runs
     # on the client's host; the GPU serves the server side: the modular sum and the lift.
 
