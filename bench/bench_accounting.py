@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""DP-REC privacy accounting speed (SPEC §8: T*B = 4e5 steps over 256 orders in < 0.5 s).
+"""DP-REC privacy accounting speed (target: T*B = 4e5 steps over 256 orders in < 0.5 s).
 
 Usage::
 
@@ -71,7 +71,7 @@ def main() -> None:
         print(f"{name:<55} {seconds:>10.4f} {eps:>10.4f}")
     worst = max(seconds for name, seconds, _ in rows[:3])
     verdict = "PASS" if worst < TARGET_S else "MISS"
-    print(f"SPEC target: DP-REC eps for 4e5 steps over 256 orders < {TARGET_S} s: slowest {worst:.4f} s -> {verdict}")
+    print(f"performance target: DP-REC eps for 4e5 steps over 256 orders < {TARGET_S} s: slowest {worst:.4f} s -> {verdict}")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,8 @@ import argparse
 
 import numpy as np
 
-from dprec import runtime
+from dprec import rec, runtime
 from dprec.bench import median_time
-from dprec import rec
 
 
 def main() -> None:

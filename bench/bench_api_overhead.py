@@ -18,8 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 import dprec
-from dprec import philox
-from dprec import rec
+from dprec import philox, rec
 from dprec.transforms import hadamard, sketch
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""DP-REC encode benchmark (SPEC §8): the ``dprec bench`` table, plus optional sweeps.
+"""DP-REC encode benchmark (docs/benchmarks.md): the ``dprec bench`` table, plus optional sweeps.
 
 Usage::
 
@@ -8,7 +8,7 @@ Usage::
     python bench/bench_encode.py --quick            # tiny sizes, a smoke run
     python bench/bench_encode.py --per-isa          # + native encode/generate/decode per SIMD ISA
     python bench/bench_encode.py --thread-sweep     # + native encode at 1..ncores threads
-    python bench/bench_encode.py --small-update     # + a small update's encode (SPEC §8 last row)
+    python bench/bench_encode.py --small-update     # + a small update's encode (the targets' last row)
     python bench/bench_encode.py --only-sweeps --per-isa --thread-sweep --small-update
 
 Every option of ``dprec bench`` is accepted (``--sizes``, ``--repeat``, ``--extra``, ``--json``...).
@@ -35,9 +35,8 @@ import time
 
 import numpy as np
 
-from dprec import DPRECCodec, bench, runtime
+from dprec import DPRECCodec, bench, rec, runtime
 from dprec._runtime import native as _native
-from dprec import rec
 
 
 def _time(fn, repeat: int) -> float:
@@ -102,7 +101,7 @@ def thread_sweep(d_log2: int, bits: int, repeat: int) -> None:
         runtime.set_num_threads(before)
 
 
-# SPEC §8 last row: a small update's encode over its K*d candidate-elements at the large-d rate.
+# the targets' last row: a small update's encode over its K*d candidate-elements at the large-d rate.
 SMALL_UPDATE_TARGET = 1.3
 # 2 threads over 1 above which a size counts as slower on 2 threads: sizes that the kernel runs on
 # one thread whatever the setting measure 0.98x-1.02x from noise alone.

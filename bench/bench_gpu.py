@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""DP-REC on the GPU (SPEC §8): encode, decode and aggregation throughput, in one run.
+"""DP-REC on the GPU (docs/benchmarks.md): encode, decode and aggregation throughput, in one run.
 
 Usage::
 
-    python bench/bench_gpu.py                       # d = 2^20 .. 2^26, K = 2^7, the SPEC §8 checks
+    python bench/bench_gpu.py                       # d = 2^20 .. 2^26, K = 2^7, the performance checks
     python bench/bench_gpu.py --quick               # d = 2^20 and 2^22, 3 repetitions (a smoke run)
     python bench/bench_gpu.py --log2-d 22 24 26 --bits 10
     python bench/bench_gpu.py --clients 1000 --agg-log2-d 20 24
@@ -50,13 +50,13 @@ import numpy as np
 
 import dprec
 import dprec.cuda
-from dprec._runtime import native as _native
 from dprec import rec
+from dprec._runtime import native as _native
 
 if TYPE_CHECKING:
     import torch
 
-#: SPEC §8, GPU encode at d >= 2^22: dprec / PyTorch and dprec / generate-only throughput.
+#: the performance targets, GPU encode at d >= 2^22: dprec / PyTorch and dprec / generate-only throughput.
 CHECK_FROM_LOG2_D = 22
 TARGET_VS_TORCH = 2.0
 TARGET_VS_GEN = 0.70
@@ -246,8 +246,8 @@ def encode_line(r: EncodeRow) -> str:
 def format_checks(rows: list[EncodeRow]) -> list[str]:
     checked = [r for r in rows if r.d_log2 >= CHECK_FROM_LOG2_D]
     if not checked:
-        return [f"SPEC §8 GPU checks skipped: no d >= 2^{CHECK_FROM_LOG2_D} was measured"]
-    lines = [f"SPEC §8 GPU encode targets at d >= 2^{CHECK_FROM_LOG2_D} (dprec encode = the kernel-only column):"]
+        return [f"GPU target checks skipped: no d >= 2^{CHECK_FROM_LOG2_D} was measured"]
+    lines = [f"GPU encode targets at d >= 2^{CHECK_FROM_LOG2_D} (dprec encode = the kernel-only column):"]
     for r in checked:
         lines.append(
             f"  d=2^{r.d_log2:<2}  dprec/PyTorch {r.vs_torch:6.2f}x  target >= {TARGET_VS_TORCH:g}x  "

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""FWHT on the GPU (SPEC §8): float32 transform time against a device-to-device copy.
+"""FWHT on the GPU (docs/benchmarks.md): float32 transform time against a device-to-device copy.
 
 Usage::
 
-    python bench/bench_gpu_hadamard.py                 # n = 2^20 .. 2^28, batches, SPEC §8 check
+    python bench/bench_gpu_hadamard.py                 # n = 2^20 .. 2^28, batches, performance check
     python bench/bench_gpu_hadamard.py --quick         # n = 2^20 and 2^22, one batch (a smoke run)
     python bench/bench_gpu_hadamard.py --log2-n 20 24 --batch 14:10 12:12
 
@@ -16,7 +16,7 @@ around batches of calls lasting >= --min-time-ms, median of --repeat measurement
 * *public*: ``dprec.transforms.hadamard.fwht(x)`` as users call it (out of place: allocates the result,
   checks that x is finite, which waits for the stream once);
 * *rotation*: ``RandomizedHadamard(n, seed).forward(x)`` (signs and the copy fused in);
-* *copy*: ``y.copy_(x)`` of the same 4 * rows * n bytes, the anchor of SPEC §8
+* *copy*: ``y.copy_(x)`` of the same 4 * rows * n bytes, the anchor of its target
   (FWHT <= 1.5x copy time at n = 2^20 .. 2^26).
 
 GB/s counts one read and one write of the array (what a copy moves); the kernel makes one
@@ -106,7 +106,7 @@ def header() -> list[str]:
     return [
         "FWHT float32 (orthonormal) on the GPU; anchor: y.copy_(x) of the same bytes",
         f"{'rows x n':>14} | {'kernel ms':>9} {'GB/s':>6} {'/copy':>6} | {'public ms':>9} {'/copy':>6} | "
-        f"{'rotation ms':>11} {'/copy':>6} | {'copy ms':>8} {'GB/s':>6} | {'= CPU':>5} | SPEC §8",
+        f"{'rotation ms':>11} {'/copy':>6} | {'copy ms':>8} {'GB/s':>6} | {'= CPU':>5} | target",
         "-" * 122,
     ]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """SecAgg server side on the GPU: the modular sum of many clients' vectors and the centered lift
-(SPEC §4), dprec against PyTorch, with a device-to-device copy as the anchor.
+(docs/secagg.md), dprec against PyTorch, with a device-to-device copy as the anchor.
 
 Usage::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Count-sketch encode and decode on the GPU: dprec against PyTorch ``scatter_add_`` (SPEC §8).
+"""Count-sketch encode and decode on the GPU: dprec against PyTorch ``scatter_add_`` (docs/benchmarks.md).
 
 Usage::
 
@@ -10,7 +10,7 @@ Usage::
 
 Needs PyTorch with CUDA and dprec built with its CUDA backend; elsewhere it prints why it
 cannot run and exits with status 0. Everything runs on PyTorch's current stream, float32,
-the same vector and the same buckets and signs (Philox domains 1 and 2, SPEC §2) for
+the same vector and the same buckets and signs (Philox domains 1 and 2, docs/contract.md) for
 every method, measured in this run:
 
 Encode (count-mean, scale 1/rows), throughput ``d / time`` in G elements/s:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""FWHT float32 on the CPU: dprec against FFHT (SPEC §8).
+"""FWHT float32 on the CPU: dprec against FFHT (docs/benchmarks.md).
 
 Usage::
 
@@ -231,7 +231,7 @@ def main() -> int:
     multi = [(lg, sn) for lg, _, sn in results if lg >= MULTI_FROM_LOG2]
     missn = [lg for lg, sn in multi if sn < MULTI_TARGET]
     lo1 = min(results, key=lambda r: r[1])
-    print("SPEC §8 targets (FWHT float32, CPU, against FFHT single thread):")
+    print("performance targets (FWHT float32, CPU, against FFHT single thread):")
     print(
         f"  single thread >= {SINGLE_TARGET:g}x at every n: worst {lo1[1]:.2f}x at n=2^{lo1[0]}; "
         f"{len(results) - len(miss1)}/{len(results)} sizes meet it -> {'PASS' if not miss1 else 'MISS'}"

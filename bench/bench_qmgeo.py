@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""QMGeo on the CPU: quantize + pack (the client) and unpack + accumulate (the server), SPEC §5.
+"""QMGeo on the CPU: quantize + pack (the client) and unpack + accumulate (the server), docs/qmgeo.md.
 
 Usage::
 
@@ -36,9 +36,8 @@ import time
 import numpy as np
 
 from _timing import markdown_table, mrate, progress, round_robin  # bench/_timing.py
-from dprec import runtime
+from dprec import qmgeo, runtime
 from dprec.bench import cpu_model, package_version
-from dprec import qmgeo
 
 W_MAX = 1.0
 # (R, p): plain stochastic rounding, the paper's settings (p = 0.9, R = 8 and 16), more spread, the largest R.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The SecAgg distributed-DP pipeline on the CPU: samplers, client, server, end-to-end MSE (SPEC §4).
+"""The SecAgg distributed-DP pipeline on the CPU: samplers, client, server, end-to-end MSE (docs/secagg.md).
 
 Usage::
 

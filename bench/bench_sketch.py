@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Count-sketch encode and decode on the CPU: dprec against NumPy and PyTorch (SPEC §8).
+"""Count-sketch encode and decode on the CPU: dprec against NumPy and PyTorch (docs/benchmarks.md).
 
 Usage::
 
@@ -7,7 +7,7 @@ Usage::
     python bench/bench_sketch.py --log2-d 20 21 22 23 24 --rows 5 15 --log2-cols 16
 
 Compares, in one run, on the same float32 vector and the same buckets and signs (Philox
-domains 1 and 2, SPEC §2), with ``cols = 2**16`` by default:
+domains 1 and 2, docs/contract.md), with ``cols = 2**16`` by default:
 
 Encode (count-mean, scale 1/rows, a fresh float32 table per call):
 
@@ -34,8 +34,7 @@ Decode:
   median is not the mean of the middle two).
 
 Throughput is in M input elements per second, ``d / time`` (each element updates or
-reads ``rows`` table cells). Speed-ups are dprec over the other method. Target (SPEC
-§8): >= 10x NumPy, read against both NumPy variants.
+reads ``rows`` table cells). Speed-ups are dprec over the other method. Target (docs/benchmarks.md): >= 10x NumPy, read against both NumPy variants.
 
 Method: the outputs of the timed calls (tables, decodes) are checked against NumPy's
 (relative L2 < 1e-5). Each cell is the median of ``--repeat`` measurements
@@ -303,7 +302,7 @@ def main() -> int:
     if torch_note:
         print("  " + torch_note)
     print()
-    print(f"SPEC §8 target: count-sketch >= {TARGET_VS_NUMPY:g}x NumPy")
+    print(f"performance target: count-sketch >= {TARGET_VS_NUMPY:g}x NumPy")
     for what, ratios in (("encode", enc_ratios), ("decode mean", dec_ratios)):
         for idx, label in ((2, "on-the-fly NumPy"), (3, "precomputed NumPy")):
             worst = min(ratios, key=lambda r: r[idx])

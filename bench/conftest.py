@@ -1,10 +1,10 @@
-"""pytest-benchmark harness for the SPEC §8 CPU targets: ``pytest bench/ --benchmark-only``.
+"""pytest-benchmark harness for the CPU performance targets: ``pytest bench/ --benchmark-only``.
 
-Every row of SPEC §8 that runs on a CPU is a group of benchmarks (``bench/test_spec_targets.py``):
+Every row of the performance targets that runs on a CPU is a group of benchmarks (``bench/test_spec_targets.py``):
 dprec's method and its anchors (PyTorch, NumPy, FFHT, generating the same normals) are timed in
 the same run by pytest-benchmark, each as its own benchmark, and at the end of the session this
 file prints the side-by-side tables the bench scripts print (rates, ratios against the anchors)
-and checks every ratio against its SPEC target: a missed target is printed as ``MISS`` and makes
+and checks every ratio against its target: a missed target is printed as ``MISS`` and makes
 the session fail, unless ``--no-target-check`` is given. ``--benchmark-json FILE`` (a
 pytest-benchmark option) saves every timing for history; ``--benchmark-disable`` runs each body
 once without timing (a smoke test; no table, no check), and ``--dprec-quick`` shrinks every size.
@@ -30,7 +30,7 @@ from dprec.bench import cpu_model, package_version
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("dprec", "dprec SPEC §8 benchmarks")
+    group = parser.getgroup("dprec", "dprec performance benchmarks")
     group.addoption("--dprec-quick", action="store_true", help="small sizes (a smoke run; targets not meaningful)")
     group.addoption("--no-target-check", action="store_true", help="print missed targets but do not fail")
 
@@ -45,7 +45,7 @@ class Measurement:
 @dataclass
 class Target:
     group: str
-    label: str  # what SPEC §8 says, e.g. ">= 6x PyTorch"
+    label: str  # what the target says, e.g. ">= 6x PyTorch"
     ratio: Callable[[dict[str, Measurement]], float | None]  # None: an anchor is missing
     minimum: float | None = None  # the ratio must be >= minimum ...
     maximum: float | None = None  # ... or <= maximum
@@ -133,7 +133,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not RESULTS.groups:
         return
     tr = terminalreporter
-    tr.section("dprec SPEC §8 CPU targets")
+    tr.section("dprec CPU performance targets")
     tr.write_line(f"dprec {package_version()} on {cpu_model()} ({platform.machine()}), ISA {runtime.get_isa()}, "
                   f"{runtime.get_num_threads()} threads by default")
     for group, methods in RESULTS.groups.items():

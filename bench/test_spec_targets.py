@@ -1,7 +1,7 @@
-"""The SPEC §8 CPU rows as pytest-benchmark groups: ``pytest bench/ --benchmark-only``.
+"""The CPU performance targets as pytest-benchmark groups: ``pytest bench/ --benchmark-only``.
 
 Each group times dprec and its anchors in the same session; ``bench/conftest.py`` prints the
-side-by-side table and checks the ratio against the target. The sizes are SPEC §8's
+side-by-side table and checks the ratio against the target. The sizes are the targets'
 (``--dprec-quick`` shrinks them for a smoke run). Needs ``pip install ".[bench]"``; PyTorch and
 FFHT (``pip install --no-build-isolation ffht-unofficial``) anchors are skipped with the reason
 when missing, and their targets are then reported as ``n/a``.
@@ -17,11 +17,10 @@ import pytest
 
 from bench_hadamard import aligned_empty  # noqa: E402 - bench/ is on sys.path under pytest
 from conftest import Target, add_target, overhead, speedup
-from dprec import philox
+from dprec import philox, rec
 from dprec._runtime import native as _native
 from dprec.bench import _SEED, _SIGMA, _generate_only, _phi, _torch_encode
 from dprec.constants import DOMAIN_SKETCH_BUCKET, DOMAIN_SKETCH_SIGN
-from dprec import rec
 from dprec.transforms import hadamard
 from dprec.transforms.sketch import CountSketch
 

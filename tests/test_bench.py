@@ -188,7 +188,7 @@ def test_bench_qmgeo_script():
 
 
 def test_pytest_benchmark_harness_runs():
-    """`pytest bench/` (the pytest-benchmark harness of the SPEC §8 targets) collects and runs every body once
+    """`pytest bench/` (the pytest-benchmark harness of the performance targets) collects and runs every body once
     (--benchmark-disable: no timing, no target check) at the quick sizes."""
     pytest.importorskip("pytest_benchmark")
     bench_dir = Path(__file__).resolve().parents[1] / "bench"

@@ -1,4 +1,4 @@
-"""The randomness contract (SPEC §2): Philox stream, uniforms and the normal transform."""
+"""The randomness contract (docs/contract.md): Philox stream, uniforms and the normal transform."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-// Exact discrete Gaussian and Skellam samplers, one element at a time (SPEC §2, §4).
+// Exact discrete Gaussian and Skellam samplers, one element at a time (docs/contract.md, docs/secagg.md).
 //
 // The definition, bit for bit, is the Python reference dprec/reference/noise.py (its
 // module docstring states the algorithms); this header repeats it operation by operation so

@@ -1,4 +1,4 @@
-// The uint32 -> standard-normal transform of the randomness contract (SPEC §2), scalar.
+// The uint32 -> standard-normal transform of the randomness contract (docs/contract.md), scalar.
 //
 // Every step is a correctly rounded IEEE-754 float32 operation (+, -, *, /, sqrt) or an
 // exact integer operation, in the same order as python/dprec/reference/philox.py, so

@@ -1,4 +1,4 @@
-// Philox4x32-10 (Salmon et al., SC'11) with dprec's key and counter layout (SPEC §2).
+// Philox4x32-10 (Salmon et al., SC'11) with dprec's key and counter layout (docs/contract.md).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ constexpr uint32_t kPhiloxW0 = 0x9E3779B9u;
 constexpr uint32_t kPhiloxW1 = 0xBB67AE85u;
 constexpr int kPhiloxRounds = 10;
 
-// Counter domains (SPEC §2).
+// Counter domains (docs/contract.md).
 enum Domain : uint32_t {
     kDomainRec = 0,
     kDomainSketchBucket = 1,

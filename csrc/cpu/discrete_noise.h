@@ -1,4 +1,4 @@
-// Discrete noise for secure aggregation on the CPU (SPEC §2, §4): exact discrete Gaussian and
+// Discrete noise for secure aggregation on the CPU (docs/contract.md, docs/secagg.md): exact discrete Gaussian and
 // Skellam samples into an int64 buffer. The per-element samplers are in
 // ../common/discrete_noise.h; here they run over fixed chunks of elements on the thread pool.
 // Element i depends only on (seed, i), so the result is the same for any thread count.

@@ -1,4 +1,4 @@
-// Scans of float buffers: finiteness, for the input checks of the public API (SPEC §7), and
+// Scans of float buffers: finiteness, for the input checks of the public API (docs/bad-input.md), and
 // the float64 sum of squares the codecs clip by.
 #pragma once
 

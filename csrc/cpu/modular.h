@@ -1,4 +1,4 @@
-// Arithmetic modulo M = 2^bits, 1 <= bits <= 64, for secure aggregation (SPEC §4): the client's
+// Arithmetic modulo M = 2^bits, 1 <= bits <= 64, for secure aggregation (docs/secagg.md): the client's
 // reduction, the server's sum of many clients and the centered lift back to signed values.
 // Values mod M are stored as U = uint32_t (bits <= 32) or uint64_t (bits > 32). All of it is
 // integer arithmetic (wrapping unsigned adds, then a mask), so results are exact and the same

@@ -1,5 +1,5 @@
-// The QMGeo quantizer (Wang and Gursoy; SPEC §5, the corrected pmf) with client-private Philox
-// uniforms (SPEC §2, domain 4). Arguments are assumed validated by the binding layer, except
+// The QMGeo quantizer (Wang and Gursoy; docs/qmgeo.md, the corrected pmf) with client-private Philox
+// uniforms (docs/contract.md, domain 4). Arguments are assumed validated by the binding layer, except
 // the values themselves (see below). dprec/reference/qmgeo.py is the executable definition;
 // this kernel repeats its float64 operations in the same order, so the two are bit-identical.
 // The per-element loop is the kernel table's qmgeo_tile (kernels_generic.h, vectorised per ISA,

@@ -1,5 +1,5 @@
-// Randomized rounding of float64 values to int64 with client-private Philox uniforms (SPEC §2,
-// domain 4; the SecAgg pipeline's conditional randomized rounding, SPEC §4). Arguments are
+// Randomized rounding of float64 values to int64 with client-private Philox uniforms (docs/contract.md,
+// domain 4; the SecAgg pipeline's conditional randomized rounding, docs/secagg.md). Arguments are
 // assumed validated by the binding layer, except the values themselves (see below).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Count-sketch encode / decode on the CPU (SPEC §2, §4). Buckets from Philox domain 1 and
+// Count-sketch encode / decode on the CPU (docs/contract.md, docs/secagg.md). Buckets from Philox domain 1 and
 // signs from domain 2 (substream = row, element j = word j), generated on the fly in tiles:
 // no rows x dim tables. Arguments are assumed validated by the binding layer.
 #pragma once

@@ -1,5 +1,5 @@
 // Per-thread bodies of the SecAgg server-side CUDA kernels: the modular sum of the clients'
-// vectors and the centered lift of the result (SPEC §4: "SecAgg = modular sum; server lifts
+// vectors and the centered lift of the result (docs/secagg.md: "SecAgg = modular sum; server lifts
 // to [-M/2, M/2), rescales"), M = 2^bits, 1 <= bits <= 64.
 //
 // Same rules as kernel_bodies.h: a body depends on its flat thread id alone (no shared

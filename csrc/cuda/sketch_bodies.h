@@ -54,7 +54,7 @@
 namespace dprec::gpu {
 
 // ---------------------------------------------------------------------------------------
-// Buckets and signs (SPEC §2), as cpu/sketch.cpp computes them
+// Buckets and signs (docs/contract.md), as cpu/sketch.cpp computes them
 // ---------------------------------------------------------------------------------------
 
 DPREC_INLINE uint32_t sketch_bucket(uint32_t word, uint64_t cols) {

@@ -1,4 +1,4 @@
-// The QMGeo quantizer (SPEC §5; Philox domain 4) and the bit packing of its level indices.
+// The QMGeo quantizer (docs/qmgeo.md; Philox domain 4) and the bit packing of its level indices.
 // Validates and converts only; the kernels are in cpu/qmgeo.* and cpu/qmgeo_pack.*.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -96,7 +96,7 @@ void bind_qmgeo(py::module_& m) {
         },
         py::arg("w"), py::arg("seed"), py::arg("group"), py::arg("w_max"), py::arg("levels"), py::arg("p"),
         py::arg("out"),
-        "QMGeo level indices of the float32 or float64 w into the uint16 out (SPEC §5 corrected pmf; Philox (seed, substream "
+        "QMGeo level indices of the float32 or float64 w into the uint16 out (docs/qmgeo.md corrected pmf; Philox (seed, substream "
         "0 and 1, group, domain 4)).");
 
     m.def(

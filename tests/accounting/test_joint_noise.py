@@ -20,7 +20,7 @@ from dprec.accounting.rdp import rdp_to_epsilon, sampled_gaussian_rdp
 Q, DELTA, TARGET = 0.1, 1e-5, 5.0
 
 # The paper's Table 1: (local steps, parties) -> (sigma_total, eps of the averaged model).
-# "1 epoch" at Poisson rate 0.1 is 1/q = 10 steps, "5 epochs" 50 steps (SPEC §6).
+# "1 epoch" at Poisson rate 0.1 is 1/q = 10 steps, "5 epochs" 50 steps (docs/accounting.md).
 TABLE_1 = {
     1: {1: (0.69, 5.0), 2: (0.98, 2.78), 5: (1.54, 1.22), 10: (2.18, 0.64)},
     10: {1: (0.90, 5.0), 2: (1.28, 2.61), 5: (2.02, 1.19), 10: (2.85, 0.72)},

@@ -24,7 +24,6 @@ from scipy import stats
 from dprec import rec
 from dprec.accounting.dprec_rec import dprec_epsilon, dprec_forward_rdp, dprec_step_rdp
 from dprec.reference import rec as ref_rec
-
 from tests import privacy_numerics as pn
 
 ORDERS = (2, 3, 4, 8, 16, 32)

@@ -29,7 +29,7 @@ D, KAPPA = 3562, 0.005333
 def test_eq27_absolute_value_reproduces_paper(levels, want):
     value = qmgeo_paper_eq27(2.0, levels, 0.9, D, KAPPA, absolute=True)
     assert abs(value - want) < 5e-4
-    # as printed the formula is negative at alpha = 2 (SPEC §5)
+    # as printed the formula is negative at alpha = 2 (docs/qmgeo.md)
     assert qmgeo_paper_eq27(2.0, levels, 0.9, D, KAPPA) == pytest.approx(-value)
 
 
@@ -58,7 +58,7 @@ def test_eq23_sum_as_printed_against_fractions():
 
 
 def _brute_pmf(w: Fraction, levels: int, p: Fraction, w_max: Fraction) -> list[Fraction]:
-    """The generative description of SPEC §5 enumerated in exact arithmetic (independent code)."""
+    """The generative description of docs/qmgeo.md enumerated in exact arithmetic (independent code)."""
     q = 1 - p
     step = 2 * w_max / (levels - 1)
     r = min(math.floor((w + w_max) / step), levels - 2)

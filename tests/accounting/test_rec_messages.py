@@ -40,7 +40,6 @@ from dprec.accounting.dprec_rec import (  # noqa: E402
     rec_message_log_moments,
     rec_total_variation,
 )
-
 from tests import privacy_numerics as pn  # noqa: E402
 
 KS = (2, 4, 16, 128)

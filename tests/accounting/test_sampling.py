@@ -24,7 +24,6 @@ from dprec.accounting import (  # noqa: E402 - after the SciPy check
     sampled_gaussian_rdp,
     sampled_gaussian_rdp_without_replacement,
 )
-
 from tests.accounting.test_rec_messages import rec_bound  # noqa: E402 - the REVISION 3 bound written out by hand
 
 ORDERS = np.array([2, 3, 4, 5, 6, 8, 11, 16, 23, 32], dtype=float)  # small: dp_accounting's WOR is O(a^3)

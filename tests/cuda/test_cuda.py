@@ -1,4 +1,4 @@
-"""The CUDA backend against the CPU (SPEC §2-3): bit-identical candidates, logits within
+"""The CUDA backend against the CPU (docs/contract.md-3): bit-identical candidates, logits within
 float64 rounding, the index distribution, streams, bad input, and the codec on GPU
 tensors. Every test here needs a GPU and skips with the reason when there is none;
 tests/cuda/test_cuda_interop.py covers what can be checked without one.
@@ -13,7 +13,6 @@ from scipy import stats
 import dprec
 from dprec import philox, rec
 from dprec.rec.codec import DPRECCodec
-
 from tests.conftest import gpu_emulation, gpu_test_modules, requires_cuda, requires_emulation
 
 torch, cupy = gpu_test_modules()  # skips this module without a usable GPU (with the reason)

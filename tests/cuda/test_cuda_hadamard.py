@@ -12,7 +12,6 @@ import pytest
 
 from dprec._runtime import native as _native
 from dprec.transforms.hadamard import RandomizedHadamard, fwht
-
 from tests.conftest import gpu_test_modules, requires_cuda
 
 torch, cupy = gpu_test_modules()  # skips this module without a usable GPU (with the reason)

@@ -1,4 +1,4 @@
-"""The CUDA backend's Python and binding layers, checked without a GPU (SPEC §1, §7).
+"""The CUDA backend's Python and binding layers, checked without a GPU (docs/gpu.md, docs/bad-input.md).
 
 What can be checked on any machine where ``dprec._cuda`` is built: the reason the backend
 is unavailable and that every CUDA request reports it; the DLPack consumer on CPU
@@ -26,7 +26,6 @@ from dprec._runtime import dispatch as _dispatch
 from dprec._runtime import frameworks as _frameworks
 from dprec._runtime import native as _native
 from dprec.rec.codec import DPRECCodec
-
 from tests.conftest import BACKENDS, CUDA
 
 BUILT = _native.cuda_built()

@@ -15,7 +15,6 @@ import pytest
 from dprec._runtime import arrays as _arrays
 from dprec._runtime import dispatch as _dispatch
 from dprec._runtime import native as _native
-
 from tests import modular_numpy as ref
 from tests.conftest import EMULATION, gpu_emulation, gpu_test_modules, requires_cuda
 

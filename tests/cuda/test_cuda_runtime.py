@@ -18,7 +18,6 @@ from dprec import rec
 from dprec._runtime import arrays as _arrays
 from dprec._runtime import frameworks as _frameworks
 from dprec._runtime import native as _native
-
 from tests import fake_cuda as fc
 from tests.conftest import gpu_emulation, requires_native
 from tests.fake_cuda import FakeGpuArray

@@ -1,4 +1,4 @@
-"""CountSketch on a real GPU against the CPU (SPEC §2, §4): encode and decode bit for bit,
+"""CountSketch on a real GPU against the CPU (docs/contract.md, docs/secagg.md): encode and decode bit for bit,
 out= accumulation, PyTorch and CuPy inputs, streams, bad input. Every test here needs a
 GPU and skips with the reason when there is none; tests/cuda/test_gpu_emulation_sketch.py and
 tests/cuda/test_gpu_plumbing_sketch.py cover what can be checked without one.
@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from dprec.transforms.sketch import MAX_GPU_MEDIAN_ROWS, CountSketch
-
 from tests.conftest import gpu_test_modules, requires_cuda
 
 torch, cupy = gpu_test_modules()  # skips this module without a usable GPU (with the reason)

@@ -18,7 +18,6 @@ import dprec
 from dprec import rec
 from dprec.transforms.hadamard import RandomizedHadamard, fwht
 from dprec.transforms.sketch import CountSketch
-
 from tests.conftest import gpu_test_modules, requires_cuda
 
 torch, cupy = gpu_test_modules()  # skips this module without a usable GPU (with the reason)

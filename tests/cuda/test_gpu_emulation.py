@@ -13,7 +13,6 @@ import pytest
 
 from dprec import philox, rec
 from dprec._runtime import native as _native
-
 from tests.conftest import gpu_emulation, requires_native
 from tests.rec.test_kernels import _tolerance
 

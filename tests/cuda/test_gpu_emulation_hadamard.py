@@ -19,7 +19,6 @@ from scipy.linalg import hadamard as scipy_hadamard
 
 from dprec._runtime import native as _native
 from dprec.transforms.hadamard import RandomizedHadamard
-
 from tests.conftest import gpu_emulation, requires_native
 
 pytestmark = requires_native

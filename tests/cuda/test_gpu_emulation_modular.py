@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from dprec._runtime import dispatch as _dispatch
-
 from tests import modular_numpy as ref
 from tests.conftest import gpu_emulation
 

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from dprec._runtime import native as _native
-
 from tests.conftest import gpu_emulation, requires_native
 
 pytestmark = requires_native

@@ -22,7 +22,6 @@ from dprec._runtime import arrays as _arrays
 from dprec._runtime import dispatch as _dispatch
 from dprec._runtime import native as _native
 from dprec.rec.codec import DPRECCodec
-
 from tests import fake_cuda as fc
 from tests.conftest import gpu_emulation, requires_native
 from tests.fake_cuda import FakeCuda, FakeGpuArray

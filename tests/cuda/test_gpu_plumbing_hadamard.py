@@ -20,7 +20,6 @@ import pytest
 import dprec
 from dprec._runtime import native as _native
 from dprec.transforms.hadamard import RandomizedHadamard, fwht
-
 from tests import fake_cuda as fc
 from tests.conftest import CUDA, requires_native
 from tests.fake_cuda import FakeCuda, FakeGpuArray

@@ -22,7 +22,6 @@ import pytest
 import dprec
 from dprec._runtime import arrays as _arrays
 from dprec._runtime import dispatch as _dispatch
-
 from tests import fake_cuda as fc
 from tests import modular_numpy as ref
 from tests.conftest import CUDA

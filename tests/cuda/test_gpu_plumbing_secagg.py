@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from dprec import secagg
-
 from tests import fake_cuda as fc
 from tests.fake_cuda import FakeGpuArray
 

@@ -16,7 +16,6 @@ import pytest
 
 import dprec
 from dprec.transforms.sketch import MAX_GPU_MEDIAN_ROWS, CountSketch
-
 from tests import fake_cuda as fc
 from tests.conftest import requires_native
 from tests.fake_cuda import FakeGpuArray

@@ -13,7 +13,6 @@ import pytest
 
 from dprec import qmgeo
 from dprec.qmgeo import QMGeoCodec, QMGeoLayout, QMGeoMessage
-
 from tests import fake_cuda as fc
 from tests.conftest import NATIVE, requires_native
 

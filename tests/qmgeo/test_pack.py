@@ -1,5 +1,5 @@
 """Bit packing of QMGeo level indices (dprec.qmgeo.pack / unpack, the qmgeo_* packing kernel ops;
-SPEC §5 "Wire: ceil(log2 R) bits per coordinate"): the layout, native vs reference, corrupted
+docs/qmgeo.md "Wire: ceil(log2 R) bits per coordinate"): the layout, native vs reference, corrupted
 payloads, bad input, thread-count independence."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from dprec._runtime import arrays as _arrays
 from dprec._runtime import backends as _backends
 from dprec._runtime import dispatch as _dispatch
 from dprec.reference import qmgeo as ref
-
 from tests import fake_cuda as fc
 from tests.conftest import BACKENDS, requires_native
 

@@ -1,4 +1,4 @@
-"""The QMGeo quantizer (dprec.qmgeo, SPEC §5): its pmf, native vs reference, bad input.
+"""The QMGeo quantizer (dprec.qmgeo, docs/qmgeo.md): its pmf, native vs reference, bad input.
 
 Statistical checks use fixed seeds, so they are deterministic; their tolerances are stated
 where they are made (a correct sampler fails a chi-square test at p-value 1e-4 once in 10**4
@@ -15,7 +15,6 @@ import pytest
 from dprec import qmgeo
 from dprec.accounting.qmgeo import qmgeo_pmf
 from dprec.reference import qmgeo as ref
-
 from tests.conftest import NATIVE, requires_native
 
 scipy_stats = pytest.importorskip("scipy.stats")

@@ -1,4 +1,4 @@
-"""DP-REC codec for whole model updates (SPEC §3, §7): structure, clipping, groups,
+"""DP-REC codec for whole model updates (docs/dprec-rec.md, docs/bad-input.md): structure, clipping, groups,
 seeds, decoding, aggregation and bad input.
 
 Sizes are small (tens of elements, 3-6 bits) so that the pure-NumPy reference backend
@@ -547,7 +547,7 @@ def test_decode_with_mismatched_template_or_codec_raises():
 
 
 # --------------------------------------------------------------------------------------
-# Bad input (SPEC §7)
+# Bad input (docs/bad-input.md)
 # --------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ import pytest
 import dprec
 from dprec.rec import codec as codec_module
 from dprec.rec.codec import DPRECCodec, EncodeInfo
-
 from tests import fake_cuda as fc
 from tests.conftest import requires_native
 from tests.fake_cuda import FakeGpuArray

@@ -11,7 +11,6 @@ from dprec._runtime import arrays as _arrays
 from dprec._runtime import backends as _backends
 from dprec._runtime import native as _native
 from dprec.rec import kernels as rec
-
 from tests.conftest import BACKENDS, requires_native
 
 

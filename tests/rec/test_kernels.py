@@ -1,4 +1,4 @@
-"""DP-REC kernels (SPEC §3): native against the NumPy reference, and the statistics."""
+"""DP-REC kernels (docs/dprec-rec.md): native against the NumPy reference, and the statistics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from scipy import stats
 
 import dprec
 from dprec import rec
-
 from tests.conftest import BACKENDS, requires_native
 
 

@@ -11,7 +11,6 @@ import pytest
 from dprec import rec
 from dprec.transforms.hadamard import RandomizedHadamard, fwht
 from dprec.transforms.sketch import CountSketch
-
 from tests.conftest import BACKENDS
 
 _SMALL = 64 << 20  # the checks must not allocate anything near the arrays' sizes

@@ -1,4 +1,4 @@
-"""SPEC §7 for the kernel-level API: every bad input gets a clear exception naming it."""
+"""docs/bad-input.md for the kernel-level API: every bad input gets a clear exception naming it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 import dprec
 from dprec import rec
 from dprec._runtime import native as _native
-
 from tests.conftest import BACKENDS, requires_native
 
 PHI = np.linspace(-1, 1, 33, dtype=np.float32)

@@ -13,7 +13,6 @@ import pytest
 
 import dprec
 from dprec import rec
-
 from tests.conftest import requires_native
 
 pytestmark = [

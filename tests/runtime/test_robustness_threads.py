@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 import dprec
-
 from tests.conftest import requires_native
 
 # The subprocesses import the same dprec as this test run.

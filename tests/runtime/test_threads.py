@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from dprec import rec
-
 from tests.conftest import requires_native
 
 

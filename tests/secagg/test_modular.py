@@ -1,4 +1,4 @@
-"""Arithmetic modulo 2**bits (dprec.secagg.modular; SPEC §4): reduction, the server's sum of many
+"""Arithmetic modulo 2**bits (dprec.secagg.modular; docs/secagg.md): reduction, the server's sum of many
 clients and the centered lift, against Python integers; wrap-around at the edges for bits 1 to 64;
 native == reference bit for bit; the running accumulator; bad input."""
 
@@ -9,7 +9,6 @@ import pytest
 
 import dprec
 from dprec.secagg import ModularAccumulator, centered_lift, modular_reduce, modular_sum, storage_dtype
-
 from tests.conftest import BACKENDS, requires_native
 
 EDGE_BITS = [1, 2, 31, 32, 33, 63, 64]
@@ -294,7 +293,6 @@ def test_native_bindings_check_what_python_cannot_see():
 def gpu_modular(monkeypatch):
     from dprec._runtime.backends import cuda as cuda_backend
     from dprec.reference import modular as ref
-
     from tests import fake_cuda as fc
 
     fake = fc.install(monkeypatch)  # the stand-ins below compute; the emulation is not needed
@@ -361,7 +359,6 @@ def test_gpu_sum_lift_and_accumulator_run_on_the_device(gpu_modular):
 @requires_native
 def test_client_steps_refuse_gpu_arrays(gpu_modular):
     from dprec.secagg import conditional_round
-
     from tests.fake_cuda import FakeGpuArray
 
     fake, calls = gpu_modular

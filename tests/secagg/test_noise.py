@@ -1,4 +1,4 @@
-"""Exact discrete Gaussian and Skellam samplers (dprec.secagg.noise, SPEC §2, §4).
+"""Exact discrete Gaussian and Skellam samplers (dprec.secagg.noise, docs/contract.md, docs/secagg.md).
 
 * the native kernels, the portable-128-bit build and the pure-Python reference give the same
   samples bit for bit, for any thread count;
@@ -24,7 +24,6 @@ from dprec import secagg
 from dprec.constants import MAX_NOISE_SAMPLES
 from dprec.reference import noise as ref
 from dprec.secagg import MAX_DISCRETE_GAUSSIAN_SIGMA, MAX_SKELLAM_VARIANCE, sample_discrete_gaussian, sample_skellam
-
 from tests.conftest import gpu_emulation, requires_native
 
 SEED = 0x5EC5A6_D15C_9A55

@@ -81,7 +81,7 @@ def test_mean_estimation_matches_the_closed_form(cls, sketch):
 
 
 def test_sketch_error_expectation_is_chen_et_al():
-    """Over sketch seeds, the sketch's own error averages (d-1)||mu||^2 / m (SPEC §4)."""
+    """Over sketch seeds, the sketch's own error averages (d-1)||mu||^2 / m (docs/secagg.md)."""
     xs = _clients(3)[:50]
     mu = xs.mean(axis=0)
     errors = []

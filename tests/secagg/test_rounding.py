@@ -1,4 +1,4 @@
-"""Randomized rounding, plain and conditional (dprec.secagg.rounding; SPEC §2 domain 4, SPEC §4):
+"""Randomized rounding, plain and conditional (dprec.secagg.rounding; docs/contract.md domain 4, docs/secagg.md):
 the rule checked against an independent Philox and exact rational arithmetic, native == reference
 bit for bit (the sum of squares included), unbiasedness, P(round up) == frac, the norm bound,
 thread-count independence, and bad input."""
@@ -15,7 +15,6 @@ from dprec._runtime import arrays as _arrays
 from dprec._runtime import dispatch as _dispatch
 from dprec.reference import rounding as ref_rounding
 from dprec.secagg import MAX_ROUND_ELEMENTS, conditional_round, randomized_round, rounding_norm_bound
-
 from tests.conftest import BACKENDS, requires_native
 from tests.philox_independent import stream
 

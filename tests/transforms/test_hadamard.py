@@ -1,4 +1,4 @@
-"""FWHT and the randomized Hadamard rotation (SPEC §2, §4): against scipy's Hadamard
+"""FWHT and the randomized Hadamard rotation (docs/contract.md, docs/secagg.md): against scipy's Hadamard
 matrix, involution, Parseval, batching, dtypes, in-place rules, Philox signs, bad input."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from scipy.linalg import hadamard as scipy_hadamard
 
 import dprec
 from dprec.transforms.hadamard import RandomizedHadamard, fwht
-
 from tests.conftest import BACKENDS
 from tests.philox_independent import stream
 

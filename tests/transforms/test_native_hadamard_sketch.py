@@ -13,7 +13,6 @@ import pytest
 
 from dprec import philox
 from dprec._runtime import native as _native
-
 from tests.conftest import NATIVE, requires_native
 
 pytestmark = requires_native
@@ -221,7 +220,7 @@ def test_fwht_rejects_bad_arrays():
 
 
 def sketch_hashes(dim: int, seed: int, group: int, rows: int, cols: int):
-    """Buckets and signs from the NumPy reference Philox stream (SPEC §2, domains 1 and 2)."""
+    """Buckets and signs from the NumPy reference Philox stream (docs/contract.md, domains 1 and 2)."""
     buckets = np.empty((rows, dim), np.int64)
     signs = np.empty((rows, dim), np.float64)
     for r in range(rows):

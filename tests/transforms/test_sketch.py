@@ -1,4 +1,4 @@
-"""Count-sketch (SPEC §2, §4): Philox buckets and signs, a hand-checked example,
+"""Count-sketch (docs/contract.md, docs/secagg.md): Philox buckets and signs, a hand-checked example,
 linearity, the variance identity by Monte Carlo, heavy hitters, bad input."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import pytest
 from dprec._runtime import native as _native
 from dprec.reference import sketch as ref_sketch
 from dprec.transforms.sketch import MAX_ROWS, CountSketch
-
 from tests.conftest import BACKENDS
 from tests.philox_independent import stream
 
