@@ -54,9 +54,9 @@ import numpy as np
 from .._runtime import arrays as _arrays
 from .._runtime import dispatch as _dispatch
 from .._runtime.updates import Tree, check_weights, flatten, leaf_arrays, message_list, rebuild
-from .._runtime.validation import check_int, check_positive, private_seed
+from .._runtime.validation import check_int, private_seed
 from .._runtime.wire import as_bytes, check_crc, hash_tensors, seal
-from .quantizer import MAX_LEVELS, MAX_QUANTIZE_ELEMENTS, _check_host_backend, _probability, index_bits
+from .quantizer import MAX_LEVELS, MAX_QUANTIZE_ELEMENTS, _check_host_backend, _probability, check_w_max, index_bits
 
 if TYPE_CHECKING:  # dprec.accounting needs SciPy: imported lazily by the accounting methods
     from ..accounting import PrivacyGuarantee, QMGeoEvent
@@ -375,8 +375,8 @@ class QMGeoCodec:
     """
 
     def __init__(self, w_max: float, levels: int, p: float, *, backend: str = "auto") -> None:
-        self._w_max = check_positive(w_max, "w_max")
         self._levels = check_int(levels, "levels", 2, MAX_LEVELS)
+        self._w_max = check_w_max(w_max, self._levels)
         self._p = _probability(p, "p")
         _check_host_backend(backend, "QMGeo")
         self._backend = backend

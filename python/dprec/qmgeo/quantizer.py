@@ -108,8 +108,8 @@ def quantize(
     if not isinstance(literal, (bool, np.bool_)):
         raise TypeError(f"literal must be a bool, got {type(literal).__name__}")
     group = check_u32(group, "group")
-    w_max = check_positive(w_max, "w_max")
     levels = check_int(levels, "levels", 2, MAX_LEVELS)
+    w_max = check_w_max(w_max, levels)
     p = _probability(p, "p")
     if literal:
         raise NotImplementedError(_LITERAL_REASON)
@@ -144,8 +144,8 @@ def dequantize(indices: Any, w_max: Any, levels: Any) -> np.ndarray:
     -------
     numpy.ndarray of float64, the shape of ``indices``
     """
-    w_max = check_positive(w_max, "w_max")
     levels = check_int(levels, "levels", 2, MAX_LEVELS)
+    w_max = check_w_max(w_max, levels)
     j = _host_integers(indices, "indices", "dequantize")
     if j.size and (int(j.min()) < 0 or int(j.max()) >= levels):
         raise ValueError(f"indices must be in [0, levels) = [0, {levels}), got values in [{j.min()}, {j.max()}]")
@@ -310,3 +310,25 @@ def _probability(value: Any, name: str) -> float:
         raise ValueError(f"{name} must be in [2**-512, 1] (a probability), got {value!r}")
     return v
 
+
+def check_w_max(w_max: Any, levels: int, name: str = "w_max") -> float:
+    """``w_max`` as a float whose level spacing ``2 w_max / (levels - 1)`` is a normal float64.
+
+    Below that (``w_max`` under about ``1.1e-308 * (levels - 1)``) the spacing underflows to a
+    subnormal or to 0 and no level index can be computed exactly; above ``2**1023`` the range
+    ``2 w_max`` overflows. Either is a ValueError naming ``name``.
+    """
+    w = check_positive(w_max, name)
+    if not w <= _MAX_W_MAX:
+        raise ValueError(f"{name} must be at most 2**1023 (2 {name} must be finite), got {w_max!r}")
+    step = 2.0 * w / (levels - 1)
+    if not step >= _TINY:
+        raise ValueError(
+            f"{name} = {w_max!r} is too small for levels = {levels}: the level spacing 2 {name} / (levels - 1) = "
+            f"{step!r} is below the smallest normal float64 ({_TINY!r}); use {name} >= {_TINY * (levels - 1) / 2!r}"
+        )
+    return w
+
+
+_TINY = float(np.finfo(np.float64).tiny)
+_MAX_W_MAX = 2.0**1023
