@@ -1159,7 +1159,7 @@ def _read_reply(reply: Message, layout: Layout) -> tuple[str, ConfigRecord, DPRE
     blob = record[MESSAGE_KEY]
     if not isinstance(blob, bytes):
         raise TypeError(f"{MESSAGE_KEY!r} holds {type(blob).__name__}, not bytes")
-    msg = DPRECMessage.from_bytes(blob)
+    msg = DPRECMessage.from_bytes(blob, layout)  # compared with the layout before any per-group work
     if msg.layout_digest != layout.digest or msg.bits != layout.bits:
         raise ValueError(
             f"the message's layout digest {msg.layout_digest.hex()} does not match the global model and codec "

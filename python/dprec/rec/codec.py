@@ -633,7 +633,10 @@ class DPRECCodec:
 
     def _check_message(self, msg: Any, layout: Layout, label: str) -> DPRECMessage:
         if isinstance(msg, (bytes, bytearray, memoryview)):
-            msg = DPRECMessage.from_bytes(msg)
+            try:  # against the expected layout: a crafted length or group count costs nothing to refuse
+                msg = DPRECMessage.from_bytes(msg, layout)
+            except ValueError as e:
+                raise ValueError(f"{label}: {e}") from None
         if not isinstance(msg, DPRECMessage):
             raise TypeError(f"{label} must be a DPRECMessage or its bytes, got {type(msg).__name__}")
         if msg.layout_digest != layout.digest:

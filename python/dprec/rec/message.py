@@ -19,6 +19,7 @@ See *Randomness contract and wire formats* in the documentation for every byte a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Sequence
@@ -155,13 +156,20 @@ class DPRECMessage:
         return seal(header + bits_field + _pack_indices(self.indices, self.bits))
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> DPRECMessage:
+    def from_bytes(cls, data: bytes | bytearray | memoryview, layout: Layout | None = None) -> DPRECMessage:
         """Parse bytes written by :meth:`to_bytes`.
 
         Parameters
         ----------
         data : bytes, bytearray or memoryview
             Exactly one message, nothing before or after it.
+        layout : Layout, optional
+            The layout the receiver expects (a server's own: ``codec.layout(template)``). Pass it
+            for bytes from a sender you do not trust: the length, group count, layout digest and
+            bits are compared with it before anything per group is done, so a message that does
+            not match is refused in time independent of what its header claims. Without it, a
+            well-formed message of ``n`` bytes may hold up to ``8 n`` groups, and parsing it
+            takes time and memory in proportion to its group count.
 
         Returns
         -------
@@ -170,13 +178,15 @@ class DPRECMessage:
         Raises
         ------
         TypeError
-            If ``data`` is not bytes-like.
+            If ``data`` is not bytes-like, or ``layout`` not a :class:`Layout`.
         ValueError
             If the bytes are truncated, have trailing bytes, a bad magic, an unsupported
             format version or flags, another normal-transform version, a CRC mismatch,
-            bits outside 1..24 or non-zero padding bits.
+            bits outside 1..24 or non-zero padding bits; or do not match ``layout``.
         """
         data = as_bytes(data, "from_bytes")
+        if layout is not None and not isinstance(layout, Layout):
+            raise TypeError(f"layout must be a Layout (codec.layout(template)), got {type(layout).__name__}")
         n = len(data)
         if n < len(MAGIC):
             raise ValueError(f"DP-REC message truncated: {n} bytes, shorter than the {len(MAGIC)}-byte magic")
@@ -189,6 +199,11 @@ class DPRECMessage:
             raise ValueError(
                 f"unsupported DP-REC message format version {version} (this dprec reads version {FORMAT_VERSION})"
             )
+        if layout is not None and n != layout.message_nbytes:
+            raise ValueError(
+                f"DP-REC message does not match the expected layout: {n} bytes, but its messages have "
+                f"{layout.message_nbytes} (layout digest {layout.digest.hex()})"
+            )
         min_len = _HEADER.size + 1 + CRC.size
         if n < min_len:
             raise ValueError(f"DP-REC message truncated: {n} bytes, shorter than the minimum of {min_len}")
@@ -197,6 +212,12 @@ class DPRECMessage:
             raise ValueError(f"unsupported DP-REC message flags 0x{flags:04x} (known: 0x{_KNOWN_FLAGS:04x})")
         if groups == 0:
             raise ValueError("invalid DP-REC message: group count is 0")
+        if layout is not None and (digest != layout.digest or groups != layout.num_groups):
+            raise ValueError(
+                f"DP-REC message does not match the expected layout: layout digest {digest.hex()} with {groups} groups, "
+                f"expected {layout.digest.hex()} with {layout.num_groups} (tensor names, shapes, max_group_size, bits "
+                "or sigma differ from the encoder's)"
+            )
         pos = _HEADER.size
         n_bits_bytes = 1 if flags & FLAG_UNIFORM_BITS else groups
         if n < pos + n_bits_bytes + CRC.size:
@@ -205,11 +226,13 @@ class DPRECMessage:
                 f"({n_bits_bytes} bits bytes)"
             )
         raw_bits = data[pos : pos + n_bits_bytes]
-        for g, b in enumerate(raw_bits):
-            if not MIN_BITS <= b <= MAX_BITS:
-                where = "bits" if n_bits_bytes == 1 else f"bits of group {g}"
-                raise ValueError(f"invalid DP-REC message: {where} = {b} is outside {MIN_BITS}..{MAX_BITS}")
-        total_bits = groups * raw_bits[0] if n_bits_bytes == 1 else sum(raw_bits)
+        if layout is not None:
+            if raw_bits != layout._bits_field:
+                raise ValueError("DP-REC message does not match the expected layout: its bits differ from the layout's")
+        else:
+            _check_bits_field(raw_bits)
+        bits_array = np.frombuffer(raw_bits, dtype=np.uint8)
+        total_bits = groups * raw_bits[0] if n_bits_bytes == 1 else int(bits_array.sum(dtype=np.int64))
         pos += n_bits_bytes
         expected = pos + (total_bits + 7) // 8 + CRC.size
         if n < expected:
@@ -222,9 +245,23 @@ class DPRECMessage:
                 f"DP-REC message uses normal-transform version {transform}, but this dprec implements "
                 f"version {NORMAL_TRANSFORM_VERSION}: its candidates cannot be regenerated"
             )
-        bits = (raw_bits[0],) * groups if n_bits_bytes == 1 else tuple(raw_bits)
-        indices = _unpack_indices(data[pos : n - CRC.size], bits)
-        return cls(seed=seed, bits=bits, indices=indices, layout_digest=digest)
+        if layout is not None:
+            bits = layout.bits
+        else:
+            bits = (raw_bits[0],) * groups if n_bits_bytes == 1 else tuple(raw_bits)
+        indices = _unpack_indices(data[pos : n - CRC.size], bits_array if n_bits_bytes > 1 else None, raw_bits[0], groups)
+        # Every index is below 2**bits by construction (bits of it were read): nothing left to check.
+        return cls._checked(check_seed(seed), bits, indices, bytes(digest))
+
+
+def _check_bits_field(raw_bits: bytes) -> None:
+    """ValueError naming the first group whose bits are outside MIN_BITS..MAX_BITS (one vectorized pass)."""
+    b = np.frombuffer(raw_bits, dtype=np.uint8)
+    bad = np.flatnonzero((b < MIN_BITS) | (b > MAX_BITS))
+    if bad.size:
+        g = int(bad[0])
+        where = "bits" if b.size == 1 else f"bits of group {g}"
+        raise ValueError(f"invalid DP-REC message: {where} = {int(b[g])} is outside {MIN_BITS}..{MAX_BITS}")
 
 
 def _as_list(x: Any) -> list:
@@ -254,8 +291,20 @@ def _pack_indices(indices: tuple[int, ...], bits: tuple[int, ...]) -> bytes:
     return np.packbits(payload, bitorder="little").tobytes()
 
 
-def _unpack_indices(payload: bytes, bits: tuple[int, ...]) -> tuple[int, ...]:
-    b = np.asarray(bits, dtype=np.int64)
+def _unpack_indices(payload: bytes, bits: np.ndarray | None, uniform_bits: int, groups: int) -> tuple[int, ...]:
+    """The indices of a payload: ``groups`` indices of ``uniform_bits`` bits each (``bits`` None), or of
+    ``bits[g]`` bits; ValueError for non-zero padding. Uniform bits take about 2 bytes of work memory
+    per payload bit."""
+    if bits is None:
+        total = groups * uniform_bits
+        unpacked = np.unpackbits(np.frombuffer(payload, dtype=np.uint8), bitorder="little")
+        if unpacked[total:].any():
+            raise ValueError("invalid DP-REC message: the padding bits after the last index are not zero")
+        if uniform_bits == 1:
+            return tuple(unpacked[:total].tolist())
+        weights = np.left_shift(np.uint32(1), np.arange(uniform_bits, dtype=np.uint32))
+        return tuple((unpacked[:total].reshape(groups, uniform_bits) @ weights).tolist())
+    b = bits.astype(np.int64)
     total = int(b.sum())
     unpacked = np.unpackbits(np.frombuffer(payload, dtype=np.uint8), bitorder="little")
     if unpacked[total:].any():
@@ -341,17 +390,23 @@ class Layout:
         """Elements over all tensors."""
         return sum(g.size for g in self.groups)
 
-    @property
+    @functools.cached_property
     def bits(self) -> tuple[int, ...]:
         """Bits of every group, in group order."""
         return tuple(g.bits for g in self.groups)
+
+    @functools.cached_property
+    def _bits_field(self) -> bytes:
+        """The bits field of this layout's messages (one byte when every group has the same bits)."""
+        bits = self.bits
+        return bytes(bits[:1]) if len(set(bits)) == 1 else bytes(bits)
 
     @property
     def total_bits(self) -> int:
         """Bits of all indices together, ``sum_g b_g`` (the data-dependent payload)."""
         return sum(g.bits for g in self.groups)
 
-    @property
+    @functools.cached_property
     def message_nbytes(self) -> int:
         """Size in bytes of a serialized message for this layout."""
         return _message_nbytes(self.bits)
