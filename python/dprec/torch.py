@@ -60,7 +60,7 @@ ModelLike = Union[torch.nn.Module, Mapping[str, torch.Tensor]]
 def _state_dict(model: Any, name: str) -> dict[str, torch.Tensor]:
     """``model``'s entries as an ordered dict of tensors (detached, not copied)."""
     if isinstance(model, torch.nn.Module):
-        return dict(model.state_dict())
+        return _no_meta(dict(model.state_dict()), name)
     if isinstance(model, Mapping):
         out: dict[str, torch.Tensor] = {}
         for k, v in model.items():
@@ -69,10 +69,21 @@ def _state_dict(model: Any, name: str) -> dict[str, torch.Tensor]:
             if not isinstance(v, torch.Tensor):
                 raise TypeError(f"{name}[{k!r}] must be a torch.Tensor, got {type(v).__name__}")
             out[k] = v.detach()
-        return out
+        return _no_meta(out, name)
     raise TypeError(
         f"{name} must be a torch.nn.Module or a Mapping[str, torch.Tensor] (a state_dict), got {type(model).__name__}"
     )
+
+
+def _no_meta(sd: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
+    """``sd``, or a ValueError naming the first entry on the meta device (it has a shape but no values)."""
+    for k, v in sd.items():
+        if v.is_meta:
+            raise ValueError(
+                f"{name}[{k!r}] is on the meta device: it has no values to read or write; materialize it first "
+                "(e.g. module.to_empty(device=...) and load its weights)"
+            )
+    return sd
 
 
 def _storage_key(t: torch.Tensor) -> tuple | None:

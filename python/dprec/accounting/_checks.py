@@ -111,8 +111,14 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
     return check_nonnegative(epsilon, name)
 
 
-def check_count(value: Any, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
-    """An integer >= ``minimum`` (and <= ``maximum`` if given; integral floats such as ``1e3`` are accepted)."""
+#: The largest count the accountants take (rounds, clients, steps): every count is used in float64
+#: arithmetic, where integers above 2**53 are no longer exact (and above ~1.8e308 overflow).
+MAX_COUNT = 1 << 53
+
+
+def check_count(value: Any, name: str, *, minimum: int = 1, maximum: int | None = MAX_COUNT) -> int:
+    """An integer >= ``minimum`` and <= ``maximum`` (default :data:`MAX_COUNT`; integral floats such as
+    ``1e3`` are accepted)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, got bool {value!r}")
     if isinstance(value, numbers.Integral):
@@ -124,7 +130,8 @@ def check_count(value: Any, name: str, *, minimum: int = 1, maximum: int | None 
     if out < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {out}")
     if maximum is not None and out > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {out}")
+        limit = "2**53" if maximum == MAX_COUNT else str(maximum)
+        raise ValueError(f"{name} must be <= {limit}, got {value!r}")
     return out
 
 

@@ -171,18 +171,26 @@ class QMGeoMessage:
         return seal(header + self.payload)
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview) -> QMGeoMessage:
+    def from_bytes(cls, data: bytes | bytearray | memoryview, layout: QMGeoLayout | None = None) -> QMGeoMessage:
         """Parse bytes written by :meth:`to_bytes` (exactly one message).
+
+        ``layout``, the layout the receiver expects (``codec.layout(template)``), is compared with
+        the length, the coordinate count, the levels and the digest before the CRC is computed: for
+        bytes from a sender you do not trust. The parse never unpacks the indices (that is done
+        where they are decoded), so its cost is one CRC pass over ``data`` either way.
 
         Raises
         ------
         TypeError
-            If ``data`` is not bytes-like.
+            If ``data`` is not bytes-like, or ``layout`` not a :class:`QMGeoLayout`.
         ValueError
             Truncated input, trailing bytes, bad magic, unsupported version or flags, levels out
-            of range, bits other than ``ceil(log2 levels)``, a zero count, or a CRC mismatch.
+            of range, bits other than ``ceil(log2 levels)``, a zero count, or a CRC mismatch; or a
+            message that does not match ``layout``.
         """
         data = as_bytes(data, "from_bytes")
+        if layout is not None and not isinstance(layout, QMGeoLayout):
+            raise TypeError(f"layout must be a QMGeoLayout (codec.layout(template)), got {type(layout).__name__}")
         n = len(data)
         magic = QMGEO_MAGIC
         if n < len(magic) and data == magic[:n]:
@@ -201,6 +209,15 @@ class QMGeoMessage:
         if n < min_len:
             raise ValueError(f"QMGeo message truncated: {n} bytes, shorter than the minimum of {min_len}")
         _, _, bits, flags, levels, digest, count = _HEADER.unpack_from(data, 0)
+        if layout is not None and (
+            n != layout.message_nbytes or digest != layout.digest or count != layout.num_elements
+            or levels != layout.levels
+        ):
+            raise ValueError(
+                f"QMGeo message does not match the expected layout: {n} bytes, {count} coordinates, {levels} levels, "
+                f"layout digest {digest.hex()}; expected {layout.message_nbytes} bytes, {layout.num_elements} "
+                f"coordinates, {layout.levels} levels, {layout.digest.hex()}"
+            )
         if flags:
             raise ValueError(f"unsupported QMGeo message flags 0x{flags:04x} (none are defined)")
         if not 2 <= levels <= MAX_LEVELS:
@@ -500,7 +517,10 @@ class QMGeoCodec:
 
     def _check_message(self, msg: Any, layout: QMGeoLayout, label: str) -> QMGeoMessage:
         if isinstance(msg, (bytes, bytearray, memoryview)):
-            msg = QMGeoMessage.from_bytes(msg)
+            try:  # against the expected layout: refused before the CRC pass when it does not match
+                msg = QMGeoMessage.from_bytes(msg, layout)
+            except ValueError as e:
+                raise ValueError(f"{label}: {e}") from None
         if not isinstance(msg, QMGeoMessage):
             raise TypeError(f"{label} must be a QMGeoMessage or its bytes, got {type(msg).__name__}")
         if msg.layout_digest != layout.digest:

@@ -154,6 +154,14 @@ def centered_lift(x: Any, bits: Any, *, scale: Any = None, dtype: Any = None, ba
     if scale is not None:
         factor = check_finite(scale, "scale")
     out_dtype = _lift_dtype(dtype, scale)
+    # The largest lifted magnitude is 2**(bits-1): refuse a scale that could take a result past the
+    # range of its dtype up front, instead of returning +-inf for some elements.
+    limit = float(np.finfo(np.float32).max if np.dtype(out_dtype) == np.float32 else np.finfo(np.float64).max)
+    if abs(factor) > limit / 2.0 ** (bits - 1):
+        raise ValueError(
+            f"scale = {scale!r} is too large for bits = {bits}: scale * 2**{bits - 1} overflows {out_dtype} "
+            f"(|scale| must be at most {limit / 2.0 ** (bits - 1):.6g})"
+        )
     if out_dtype == "int64" and factor != 1.0:
         raise ValueError(f"scale must be None or 1 for an int64 result, got {scale!r}; ask for dtype='float64'")
     a = _modular_input(x, bits, "x")

@@ -246,8 +246,15 @@ class DistributedPipeline:
             )
         c = self._sensitive_clip
         per_unit = (n * c) ** 2 / p + n * sigma * sigma
-        s = math.sqrt(budget / per_unit)
-        return min(s, MAX_INTEGER_NOISE_STDDEV / sigma)
+        s = min(math.sqrt(budget / per_unit), MAX_INTEGER_NOISE_STDDEV / sigma)
+        if not (s > 0.0 and math.isfinite(1.0 / s)):
+            # (n c)^2 or n sigma^2 overflows float64, or the scale underflows: no integer grid exists.
+            raise ValueError(
+                f"clip = {self._clip!r} and noise_stddev = {sigma!r} are too large for bits = {self._bits} and "
+                f"num_clients = {self._n}: the scale onto the integers underflows (scale the update down, e.g. "
+                "measure it in other units)"
+            )
+        return s
 
     def _accounted_epsilon(self, sigma: float, gamma: float) -> float:
         assert self._delta is not None
