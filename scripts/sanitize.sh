@@ -33,7 +33,8 @@ JOBS="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 if [ "$#" -eq 0 ]; then
   set -- tests/rec/test_kernels.py tests/test_philox.py tests/transforms/test_hadamard.py tests/transforms/test_sketch.py \
          tests/transforms/test_native_hadamard_sketch.py tests/runtime/test_threads.py tests/robustness/test_bad_input.py \
-         tests/rec/test_message_format.py tests/rec/test_codec.py tests/robustness/test_fuzz.py
+         tests/rec/test_message_format.py tests/rec/test_codec.py tests/robustness/test_fuzz.py \
+         tests/robustness/test_untrusted.py tests/qmgeo/test_quantize.py tests/qmgeo/test_pack.py
 fi
 
 PYBIND11_DIR="$("$PYTHON" -m pybind11 --cmakedir)"
