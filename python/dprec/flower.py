@@ -19,14 +19,19 @@ Nothing else changes: the ``@app.train()`` function still returns its trained ar
 
 * The server's train config carries the codec's parameters (:func:`codec_config`, keys
   :data:`CONFIG_SIGMA`, :data:`CONFIG_CLIP_MULTIPLIER`, :data:`CONFIG_BITS`,
-  :data:`CONFIG_MAX_GROUP_SIZE`); :func:`make_dprec_mod` makes a mod that refuses a larger
-  ``clip_multiplier`` than the client accepts.
+  :data:`CONFIG_MAX_GROUP_SIZE`). The mod checks all of them, and the cost of the encode they
+  ask for, before the client trains; :func:`make_dprec_mod` makes a mod that also refuses a
+  larger ``clip_multiplier`` or fewer bits per group than the client accepts. The mod never
+  raises: every failure is an error reply, and one after training says only that the client
+  could not encode its update.
 * :func:`dprec_mod` replaces the reply's ``ArrayRecord`` by a ``ConfigRecord`` named
   :data:`RECORD_KEY` holding the :meth:`DPRECMessage.to_bytes` blob under :data:`MESSAGE_KEY`;
   the update is ``reply - global`` of the floating-point arrays. The client's diagnostics stay in
   ``context.state`` under :data:`STATE_KEY`.
-* :class:`DPRECStrategy` decodes and averages the replies in one pass (uniform weights unless
-  ``weighted_by_key``), applies the mean, and accounts each round with ``sampling=``
+* :class:`DPRECStrategy` takes at most one message per sampled node, in reply to this round's
+  train message, drops any reply that fails (logged, counted in ``"dprec-dropped"``), decodes
+  and averages the rest in one pass (uniform weights unless ``weighted_by_key``), applies the
+  mean, and accounts each round with ``sampling=``
   (:data:`STRATEGY_SAMPLING`), ``threat_model`` (default ``"server"``), ``relation`` (default
   ``"zero"``) and ``method="sound"``; the per-round metrics carry ``"dprec-epsilon"`` and
   ``"dprec-epsilon.<threat model>.<relation>"``, and :attr:`DPRECStrategy.history` the rounds
@@ -40,7 +45,9 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import DEBUG, ERROR, INFO, WARNING
@@ -71,7 +78,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without flwr
         'pip install "dprec[flower]"'
     ) from exc
 
-from ._runtime.validation import check_positive
+from ._runtime.validation import check_int, check_positive
+from .constants import DEFAULT_BITS, MAX_BITS, MIN_BITS
 from .rec.codec import DPRECCodec, DPRECMessage, Layout
 
 __all__ = [
@@ -79,8 +87,13 @@ __all__ = [
     "CONFIG_CLIP_MULTIPLIER",
     "CONFIG_MAX_GROUP_SIZE",
     "CONFIG_SIGMA",
+    "DEFAULT_MAX_CANDIDATES",
+    "DEFAULT_MAX_CANDIDATE_ELEMENTS",
+    "DEFAULT_MAX_WEIGHT",
+    "DEFAULT_MIN_BITS",
     "DPRECRound",
     "DPRECStrategy",
+    "DROP_REASONS",
     "MESSAGE_KEY",
     "RECORD_KEY",
     "STATE_KEY",
@@ -109,7 +122,47 @@ STATE_KEY = "dprec"
 #: Values of ``DPRECStrategy(sampling=...)``.
 STRATEGY_SAMPLING = ("without_replacement", "poisson")
 
+#: ``make_dprec_mod(min_bits=...)`` default: the fewest bits per group a capped client accepts, the
+#: codec's default. REC's bound against the server takes the smallest group's ``K = 2^bits``
+#: candidates and grows as it shrinks (1 bit about doubles epsilon at ``c = 1``).
+DEFAULT_MIN_BITS = DEFAULT_BITS
+#: Default cap on the candidates of one encode, the sum over groups of ``2^bits``: the encode holds
+#: 16 bytes per candidate (64 MiB here), and a group has at least 2 of them, so it also bounds the
+#: groups. ``max_group_size=1, bits=24`` on 650 parameters would need 10.9e9 (an 81 GiB array).
+DEFAULT_MAX_CANDIDATES = 2**22
+#: Default cap on the candidate-elements of one encode, the sum over groups of ``2^bits x`` the
+#: group's size: its arithmetic, about 7 s at 2^32 on a 2-core machine (7 bits on 33 million
+#: parameters is 2^32). ``bits=24`` on 650 parameters would be 10.9e9 (30 s).
+DEFAULT_MAX_CANDIDATE_ELEMENTS = 2**32
+#: ``DPRECStrategy(max_weight=...)`` default: the largest weight (``weighted_by_key``, and the wrapped
+#: strategy's metric weighting key, Flower's ``"num-examples"``) a reply may claim.
+DEFAULT_MAX_WEIGHT = 1e6
+#: Why :class:`DPRECStrategy` drops a reply: the suffixes of the ``"dprec-dropped.<reason>"`` metrics.
+DROP_REASONS = (
+    "unsolicited",  # not from the node of one of this round's train messages, in reply to it
+    "duplicate-reply",  # a node that replied more than once this round (all its replies)
+    "bad-message",  # no DP-REC message, or bytes that are not one for this model and codec (any failure)
+    "duplicate-seed",  # a seed in several of this round's replies (all of them)
+    "replayed-seed",  # a seed already received in an earlier round
+    "bad-weight",  # weighted_by_key missing, not a finite number >= 0
+    "above-max-weight",  # weighted_by_key above max_weight
+)
+
 _CONFIG_KEYS = (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS, CONFIG_MAX_GROUP_SIZE)
+# Longest text of an untrusted value (a config entry, a peer's error reason) in an error or log line.
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlist = _SHORT.maxdict = 8
+_MAX_REASON = 500
+
+
+def _short(value: Any) -> str:
+    """A bounded repr of an untrusted value, for error replies and logs."""
+    return _SHORT.repr(value)
+
+
+def _clip_text(text: str, limit: int = _MAX_REASON) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------------------
@@ -163,7 +216,8 @@ def codec_from_config(config: Mapping[str, Any]) -> DPRECCodec:
     KeyError
         If a required key is missing.
     TypeError, ValueError
-        For values of the wrong type or out of range.
+        For values of the wrong type or out of range (a ``"dprec.bits"`` string that is not a
+        flat JSON object included); the texts show at most 80 characters of a value.
     """
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a mapping (a ConfigRecord), got {type(config).__name__}")
@@ -175,9 +229,12 @@ def codec_from_config(config: Mapping[str, Any]) -> DPRECCodec:
         try:
             bits = json.loads(bits)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"config[{CONFIG_BITS!r}] is not a JSON object: {bits!r}") from exc
+            raise ValueError(f"config[{CONFIG_BITS!r}] is not a JSON object: {_short(bits)}") from exc
+        except RecursionError:
+            # json raises it for arrays or objects nested a few thousand deep; a bits object is flat.
+            raise ValueError(f"config[{CONFIG_BITS!r}] is nested too deeply to be a {{tensor: bits}} object") from None
         if not isinstance(bits, dict):
-            raise ValueError(f"config[{CONFIG_BITS!r}] must be an int or a JSON object, got {bits!r}")
+            raise ValueError(f"config[{CONFIG_BITS!r}] must be an int or a JSON object, got {_short(bits)}")
     return DPRECCodec(
         sigma=config[CONFIG_SIGMA],
         clip_multiplier=config[CONFIG_CLIP_MULTIPLIER],
@@ -234,9 +291,11 @@ def _float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
     return out
 
 
-def _error_reply(msg: Message, reason: str) -> Message:
+def _error_reply(msg: Message, reason: str, code: int = ErrorCode.MOD_FAILED_PRECONDITION) -> Message:
+    """An error reply to ``msg``; ``reason`` (logged here too) must hold no private data of the client."""
+    reason = _clip_text(reason)
     log(ERROR, "dprec_mod: %s", reason)
-    return Message(Error(code=ErrorCode.MOD_FAILED_PRECONDITION, reason=f"dprec_mod: {reason}"), reply_to=msg)
+    return Message(Error(code=code, reason=f"dprec_mod: {reason}"), reply_to=msg)
 
 
 class _NodesGrid:
@@ -274,19 +333,31 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
     :class:`DPRECStrategy`. On train messages it
 
     1. reads the codec parameters from the message's ``ConfigRecord`` (the keys of
-       :func:`codec_config`, put there by :class:`DPRECStrategy`) and keeps the incoming
-       global ``ArrayRecord``;
+       :func:`codec_config`, put there by :class:`DPRECStrategy`), keeps the incoming global
+       ``ArrayRecord``, and checks both before the client trains: the parameters' types and
+       ranges, ``bits`` naming only floating-point arrays of the global model, finite non-empty
+       global arrays, and an encode within :data:`DEFAULT_MAX_CANDIDATES` candidates and
+       :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` candidate-elements (:func:`make_dprec_mod` sets
+       other limits, and privacy caps);
     2. runs the rest of the app (``call_next``);
     3. computes the update ``reply - global`` of the floating-point arrays, encodes it with
        a fresh seed and private randomness from the OS entropy source, and replaces the
        reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
        ``"dprec"``; other records (the ``MetricRecord``) are kept.
 
-    The update's norm before clipping and whether it was clipped are logged at DEBUG level
-    and stored in ``context.state["dprec"]`` (a ``MetricRecord`` that stays on the client:
-    ``norm``, ``clipped``, ``clip-norm``, ``message-bytes`` of the last round, and
-    ``rounds`` / ``clipped-rounds`` counted over the run); they are never sent.
-    Non-train messages and error replies pass through untouched.
+    The update's norm before clipping and whether it was clipped are stored in
+    ``context.state["dprec"]`` (a ``MetricRecord`` that stays on the client: ``norm``,
+    ``clipped``, ``clip-norm``, ``message-bytes`` of the last round, and ``rounds`` /
+    ``clipped-rounds`` counted over the run); they are never sent, nor logged.
+    Non-train messages and error replies of the app pass through untouched.
+
+    On train messages the mod never raises. A failure before training is an error reply naming the problem
+    (from the server's parameters and the shapes of the arrays only). After training, the
+    texts of exceptions may describe the client's data (an update with NaN says training
+    diverged), so they are neither sent nor logged: an exception of the app's train function
+    is answered with ``ErrorCode.CLIENT_APP_RAISED_EXCEPTION`` and an encoding failure with
+    ``"dprec_mod: the client could not encode its update"``; the client's log names only the
+    exception's type.
 
     Parameters
     ----------
@@ -300,74 +371,203 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
     flwr.app.Message
         The compressed reply, or an error reply (``ErrorCode.MOD_FAILED_PRECONDITION``)
         naming the problem: no DP-REC keys in the message's config (the server strategy is
-        not wrapped in :class:`DPRECStrategy`), not exactly one ArrayRecord in the message or
-        the reply, or reply arrays whose keys, shapes or dtypes do not match the global ones.
+        not wrapped in :class:`DPRECStrategy`), codec parameters out of range or too costly
+        to encode, not exactly one ArrayRecord in the message or the reply, or reply arrays
+        whose keys, shapes or dtypes do not match the global ones.
     """
-    return _dprec_mod(msg, context, call_next, None)
+    return _dprec_mod(msg, context, call_next, _DEFAULT_LIMITS)
 
 
-def make_dprec_mod(*, max_clip_multiplier: float) -> Callable[[Message, Context, Callable], Message]:
-    """:func:`dprec_mod` with a client-side cap on the privacy the server may spend.
+@dataclass(frozen=True)
+class _Limits:
+    """What a client accepts from the server (see :func:`make_dprec_mod`)."""
 
-    The codec parameters come from the server; a client that does not trust it to pick them
-    caps ``c`` (``clip_multiplier``, which alone sets the guarantee for a given sampling and
-    number of rounds): a train message asking for more gets an error reply
-    (``ErrorCode.MOD_FAILED_PRECONDITION``) and the client does not train on its data.
+    max_clip_multiplier: float | None
+    min_bits: int
+    max_candidates: int
+    max_candidate_elements: int
+
+
+_DEFAULT_LIMITS = _Limits(None, MIN_BITS, DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_CANDIDATE_ELEMENTS)
+
+
+def make_dprec_mod(
+    *,
+    max_clip_multiplier: float | None = None,
+    min_bits: int = DEFAULT_MIN_BITS,
+    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    max_candidate_elements: int = DEFAULT_MAX_CANDIDATE_ELEMENTS,
+) -> Callable[[Message, Context, Callable], Message]:
+    """:func:`dprec_mod` with client-side caps on the privacy and the work the server may ask for.
+
+    The codec parameters come from the server. A client that does not trust it to pick them caps
+    what sets its guarantee for a given sampling and number of rounds: ``c``
+    (``clip_multiplier``) and the bits per group. The accountant's sound bound for REC's
+    messages takes the smallest group's ``K = 2^bits`` candidates and grows as ``K`` shrinks
+    (at ``c = 1``, 1 bit per group about doubles the epsilon of 7 bits), so a cap on ``c``
+    alone does not bound it. A train message asking for more than the caps, or for an encode
+    above the cost caps, gets an error reply (``ErrorCode.MOD_FAILED_PRECONDITION``) and the
+    client does not train on its data.
 
     Parameters
     ----------
-    max_clip_multiplier : float
-        The largest ``c`` this client accepts, ``> 0``.
+    max_clip_multiplier : float, optional
+        The largest ``c`` this client accepts, ``> 0``; default: no cap.
+    min_bits : int
+        The fewest bits per group this client accepts, in [1, 24] (the smallest group's bits,
+        which the accounting takes); default :data:`DEFAULT_MIN_BITS` (7, the codec's default).
+    max_candidates : int
+        The most candidates one encode may hold, the sum over groups of ``2^bits`` (16 bytes of
+        memory each), ``>= 2``; default :data:`DEFAULT_MAX_CANDIDATES`.
+    max_candidate_elements : int
+        The most candidate-elements one encode may compute, the sum over groups of
+        ``2^bits x`` the group's size, ``>= 2``; default :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS`.
+        Raise it for models above about 33 million parameters at 7 bits.
 
     Returns
     -------
     callable
         A Flower mod: ``ClientApp(mods=[make_dprec_mod(max_clip_multiplier=0.5)])``.
     """
-    cap = check_positive(max_clip_multiplier, "max_clip_multiplier")
+    cap = None if max_clip_multiplier is None else check_positive(max_clip_multiplier, "max_clip_multiplier")
+    limits = _Limits(
+        max_clip_multiplier=cap,
+        min_bits=check_int(min_bits, "min_bits", MIN_BITS, MAX_BITS),
+        max_candidates=check_int(max_candidates, "max_candidates", 2, 2**63 - 1),
+        max_candidate_elements=check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
+    )
 
     def capped_dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-        return _dprec_mod(msg, context, call_next, cap)
+        return _dprec_mod(msg, context, call_next, limits)
 
     return capped_dprec_mod
 
 
-def _dprec_mod(
-    msg: Message, context: Context, call_next: Callable[[Message, Context], Message], max_clip_multiplier: float | None
-) -> Message:
-    """:func:`dprec_mod`'s work, with an optional cap on the server's ``clip_multiplier``."""
-    if not _is_train(msg) or msg.has_error() or not msg.has_content():
-        return call_next(msg, context)
+class _Refusal(Exception):
+    """A train message the client does not train on; the text names the problem (server data only)."""
+
+
+def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Limits) -> None:
+    """Refuse (:class:`_Refusal`) a codec beyond ``limits`` or that cannot encode an update like ``template``.
+
+    Counted arithmetically from the shapes, before the layout is built: ``max_group_size=1`` on a
+    large model would otherwise build millions of groups first.
+    """
+    bits = codec.bits
+    if isinstance(bits, dict):
+        unknown = sorted(set(bits) - set(template))
+        if unknown:
+            raise _Refusal(
+                f"the server's bits name tensors that are not floating-point arrays of the global model: "
+                f"{_short(unknown)}; not training"
+            )
+    groups = candidates = elements = 0
+    fewest: tuple[int, str] | None = None
+    for name, a in template.items():
+        n = int(a.size)
+        if n == 0:
+            raise _Refusal(f"the global array {_short(name)} is empty; not training")
+        b = bits.get(name, DEFAULT_BITS) if isinstance(bits, dict) else bits
+        chunk = n if codec.max_group_size is None else min(n, codec.max_group_size)
+        g = -(-n // chunk)
+        groups, candidates, elements = groups + g, candidates + (g << b), elements + (n << b)
+        if fewest is None or b < fewest[0]:
+            fewest = (b, name)
+    if fewest is not None and fewest[0] < limits.min_bits:
+        raise _Refusal(
+            f"the server asks for bits={fewest[0]} (tensor {_short(fewest[1])}), fewer bits per group than this "
+            f"client's min_bits={limits.min_bits}; not training (fewer candidates per group spend more privacy)"
+        )
+    if candidates > limits.max_candidates:
+        raise _Refusal(
+            f"the server's bits and max_group_size make one encode hold {candidates} candidates (2^bits for each "
+            f"of {groups} groups), above this client's max_candidates={limits.max_candidates}; not training"
+        )
+    if elements > limits.max_candidate_elements:
+        raise _Refusal(
+            f"the server's bits make one encode compute {elements} candidate-elements (2^bits x group size, "
+            f"summed over {groups} groups), above this client's max_candidate_elements="
+            f"{limits.max_candidate_elements}; not training"
+        )
+    codec.layout(template)  # anything else the codec refuses (a group above 2**34 elements), before training
+
+
+def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[str, np.ndarray]]:
+    """The server's codec and the global arrays of a train message, checked before the client trains.
+
+    Raises :class:`_Refusal` with a text built from the server's data only.
+    """
     found = _find_config(msg.content, CONFIG_SIGMA)
     if found is None:
-        return _error_reply(
-            msg,
+        raise _Refusal(
             f"the train message's ConfigRecord lacks the DP-REC keys ({', '.join(_CONFIG_KEYS[:3])}); "
-            "wrap the ServerApp's strategy in dprec.flower.DPRECStrategy",
+            "wrap the ServerApp's strategy in dprec.flower.DPRECStrategy"
         )
     try:
         codec = codec_from_config(found[1])
     except (KeyError, TypeError, ValueError) as exc:
-        return _error_reply(msg, f"bad DP-REC codec parameters in the message's config: {exc}")
-    if max_clip_multiplier is not None and codec.clip_multiplier > max_clip_multiplier:
-        return _error_reply(
-            msg,
+        raise _Refusal(f"bad DP-REC codec parameters in the message's config: {exc}") from None
+    if limits.max_clip_multiplier is not None and codec.clip_multiplier > limits.max_clip_multiplier:
+        raise _Refusal(
             f"the server asks for clip_multiplier={codec.clip_multiplier:g}, above this client's "
-            f"max_clip_multiplier={max_clip_multiplier:g}; not training (a larger c spends more privacy)",
+            f"max_clip_multiplier={limits.max_clip_multiplier:g}; not training (a larger c spends more privacy)"
         )
     if len(msg.content.array_records) != 1:
-        return _error_reply(
-            msg, f"expects exactly one ArrayRecord in the train message, found {len(msg.content.array_records)}"
-        )
+        raise _Refusal(f"expects exactly one ArrayRecord in the train message, found {len(msg.content.array_records)}")
     global_record = next(iter(msg.content.array_records.values()))
     global_keys = set(global_record.keys())
     global_floats = _float_arrays(global_record)
     if not global_floats:
-        return _error_reply(msg, "the global ArrayRecord has no floating-point arrays to update")
+        raise _Refusal("the global ArrayRecord has no floating-point arrays to update")
+    _check_codec(codec, global_floats, limits)
+    for key, g in global_floats.items():
+        # A NaN in the global model would make every update NaN: refused now, not after training.
+        if not np.all(np.isfinite(g)):
+            raise _Refusal(f"the global array {_short(key)} holds NaN or infinity; not training")
+    return codec, global_keys, global_floats
 
-    reply = call_next(msg, context)
-    if reply.has_error():
-        return reply
+
+def _dprec_mod(
+    msg: Message, context: Context, call_next: Callable[[Message, Context], Message], limits: _Limits
+) -> Message:
+    """:func:`dprec_mod`'s work, within ``limits``."""
+    if not _is_train(msg) or msg.has_error() or not msg.has_content():
+        return call_next(msg, context)
+    try:
+        codec, global_keys, global_floats = _prepare(msg, limits)
+    except _Refusal as exc:
+        return _error_reply(msg, str(exc))
+    except Exception as exc:  # noqa: BLE001 - anything the server's message makes fail: a reply, not a crash
+        # Before training only the server's data was read: its text names no private data.
+        return _error_reply(msg, f"could not read the train message ({type(exc).__name__}: {exc})")
+
+    try:
+        reply = call_next(msg, context)
+    except Exception as exc:  # noqa: BLE001 - its text may describe the data (a diverged loss)
+        log(ERROR, "dprec_mod: the train function raised %s; its text is not logged nor sent", type(exc).__name__)
+        return _error_reply(
+            msg,
+            "the ClientApp's train function raised an exception (not forwarded: it may describe private data)",
+            ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+        )
+    try:
+        if reply.has_error():
+            return reply
+        return _encode_reply(msg, reply, context, codec, global_keys, global_floats)
+    except Exception as exc:  # noqa: BLE001 - e.g. NaN in the update (training diverged), MemoryError, not a Message
+        log(ERROR, "dprec_mod: encoding the update raised %s; its text is not logged nor sent", type(exc).__name__)
+        return _error_reply(msg, "the client could not encode its update")
+
+
+def _encode_reply(
+    msg: Message,
+    reply: Message,
+    context: Context,
+    codec: DPRECCodec,
+    global_keys: set[str],
+    global_floats: dict[str, np.ndarray],
+) -> Message:
+    """Replace the reply's arrays by the DP-REC message of ``reply - global`` (or an error reply about its shape)."""
     n_arrays = len(reply.content.array_records)
     if n_arrays != 1:
         return _error_reply(msg, f"expects exactly one ArrayRecord in the train reply, found {n_arrays}")
@@ -409,15 +609,8 @@ def _dprec_mod(
             "clipped-rounds": clipped_rounds + int(bool(info.clipped)),
         }
     )
-    log(
-        DEBUG,
-        "dprec_mod: update norm %.6g, clip norm %.6g (%s); %d-byte message, %d arrays left out",
-        info.norm,
-        info.clip_norm,
-        "clipped" if info.clipped else "not clipped",
-        len(blob),
-        len(global_keys) - len(global_floats),
-    )
+    # The norm and the clipping are private: they stay in context.state, out of the logs.
+    log(DEBUG, "dprec_mod: %d-byte message, %d arrays left out", len(blob), len(global_keys) - len(global_floats))
     return reply
 
 
@@ -441,9 +634,18 @@ class DPRECRound:
     num_aggregated : int
         DP-REC messages decoded into the mean.
     num_failed : int
-        Replies carrying an error (skipped, as FedAvg does).
+        Error replies from sampled nodes (skipped, as FedAvg does).
     num_rejected : int
-        Replies without a valid DP-REC message for this model (skipped, logged).
+        Replies dropped, for any reason (logged; the ``"dprec-dropped"`` metric).
+    dropped : dict
+        Reason (one of :data:`DROP_REASONS`) -> replies dropped for it, the nonzero ones.
+    num_metrics_dropped : int
+        Aggregated replies whose train metrics were left out of the metric aggregation (no
+        ``MetricRecord``, no weighting key, a weight above ``max_weight`` or a value that is not
+        finite; logged, the ``"dprec-metrics-dropped"`` metric).
+    accounted : bool
+        Whether the round was accounted: a DP-REC message reached the server (aggregated or
+        not), or, under Poisson sampling, always.
     epsilon : float
         Epsilon after this round against ``threat_model`` under ``relation`` (``inf`` where no
         bound is proved: see ``reasons``).
@@ -472,6 +674,9 @@ class DPRECRound:
     num_aggregated: int = 0
     num_failed: int = 0
     num_rejected: int = 0
+    dropped: dict = field(default_factory=dict)
+    num_metrics_dropped: int = 0
+    accounted: bool = False
     epsilon: float = 0.0
     delta: float = 0.0
     threat_model: str = ""
@@ -497,7 +702,9 @@ class DPRECStrategy(Strategy):
       nodes itself (each connected node with probability ``sampling_rate``) and has the wrapped
       strategy build the train messages for exactly those, and records ``B`` (train messages)
       and ``N`` (connected nodes);
-    * in :meth:`aggregate_train`: parses every reply's bytes, decodes and averages them in
+    * in :meth:`aggregate_train`: keeps at most one reply per node sampled this round, in reply
+      to its train message; drops (logs, counts) every reply that fails (see *Untrusted replies*
+      below); decodes and averages the rest in
       one pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean``
       for the floating arrays (other arrays unchanged), steps the accountant, logs epsilon
       with its threat model, relation, sampling and conversion (``inf`` with the reason where
@@ -507,7 +714,23 @@ class DPRECStrategy(Strategy):
       ``"dprec-clients"`` (messages aggregated),
       ``"dprec-message-bytes"``, ``"dprec-wire-bytes"`` (per client: the serialized
       ``ConfigRecord``) and ``"float32-wire-bytes"`` (per client: the same arrays as a
-      float32 ``ArrayRecord``).
+      float32 ``ArrayRecord``); in a round that sent train messages also ``"dprec-failed"``
+      (error replies) and ``"dprec-dropped"`` (replies dropped), with
+      ``"dprec-dropped.<reason>"`` (:data:`DROP_REASONS`) and ``"dprec-metrics-dropped"``
+      where nonzero.
+
+    Untrusted replies. A reply is dropped, with its node and reason logged (WARNING) and counted,
+    and the round goes on with the others, when it is not from the node of one of this round's
+    train messages in reply to that message (Flower's ``reply_to_message_id`` and
+    ``src_node_id``; where the grid set no message ids, only the node is compared), when its node
+    replied more than once (all its replies), when it holds no DP-REC message for this model
+    and codec (any failure of reading or parsing it, MemoryError included), when its seed
+    appears in another reply of the round (every copy: which one is the original cannot be
+    told, and dropping all makes the round independent of the order of arrival) or was already
+    received in an earlier round, or, with ``weighted_by_key``, when its weight is missing,
+    not a finite number ``>= 0`` or above ``max_weight``. A client can still send a well-formed
+    message for any update it likes: the server checks where a message comes from and that it
+    is new, not what it encodes.
 
     Evaluation is delegated unchanged. :meth:`start` is Flower's ``Strategy.start`` (its
     ``num_rounds`` also plans the accounting), returning Flower's ``Result``.
@@ -588,6 +811,16 @@ class DPRECStrategy(Strategy):
         Weight each client's update by this key of its ``MetricRecord`` (e.g.
         ``"num-examples"``) instead of uniformly. The accounting assumes data-independent
         weights, so the reported epsilon does not cover weights that depend on the data.
+        The weights are divided by the largest before they are summed (float64, ``math.fsum``),
+        so no claim overflows them.
+    max_weight : float
+        The largest weight a reply may claim, ``> 0``; default :data:`DEFAULT_MAX_WEIGHT` (a
+        million). With ``weighted_by_key`` a reply above it is dropped (``"above-max-weight"``);
+        the train metrics of a reply whose metric weight (the wrapped strategy's
+        ``weighted_by_key``, Flower's ``"num-examples"``) is above it are left out of the metric
+        aggregation. A client claiming exactly ``max_weight`` still gets
+        ``max_weight / (max_weight + the others' weights)`` of the mean: set it near the
+        largest honest value.
     keep_messages : bool
         Keep every aggregated message's bytes in :attr:`history` (for audits and tests).
 
@@ -605,6 +838,8 @@ class DPRECStrategy(Strategy):
         Created when the first round is configured.
     guarantee : dprec.accounting.PrivacyGuarantee or None
         The guarantee so far (None before the first accounted round).
+    max_weight : float
+        As given.
     history : list of DPRECRound
         One entry per configured training round.
     """
@@ -619,6 +854,7 @@ class DPRECStrategy(Strategy):
         num_clients: int | None = None,
         reverse: str = "bound",
         weighted_by_key: str | None = None,
+        max_weight: float = DEFAULT_MAX_WEIGHT,
         keep_messages: bool = False,
         sampling: str = "without_replacement",
         sampling_rate: float | None = None,
@@ -648,6 +884,7 @@ class DPRECStrategy(Strategy):
             raise ValueError(f"reverse must be 'bound' or 'exact', got {reverse!r}")
         if weighted_by_key is not None and not isinstance(weighted_by_key, str):
             raise TypeError(f"weighted_by_key must be a str or None, got {type(weighted_by_key).__name__}")
+        max_weight = check_positive(max_weight, "max_weight")
         if not isinstance(keep_messages, bool):
             raise TypeError(f"keep_messages must be a bool, got {type(keep_messages).__name__}")
         if not isinstance(sampling, str) or sampling not in STRATEGY_SAMPLING:
@@ -677,6 +914,7 @@ class DPRECStrategy(Strategy):
         self.num_clients = None if num_clients is None else int(num_clients)
         self.reverse = reverse
         self.weighted_by_key = weighted_by_key
+        self.max_weight = max_weight
         self.keep_messages = keep_messages
         self.sampling = sampling
         self.sampling_rate = None if sampling_rate is None else float(sampling_rate)
@@ -687,6 +925,12 @@ class DPRECStrategy(Strategy):
         self.accountant: Any = None
         self.history: list[DPRECRound] = []
         self._pending: dict[int, DPRECRound] = {}
+        # Round -> the metadata of its train messages: a Grid sets each message_id when it pushes the
+        # message (after configure_train returned), and replies name it in reply_to_message_id.
+        self._sent: dict[int, list[Any]] = {}
+        # Seeds of every DP-REC message received so far (8 bytes of entropy each: honest seeds do not
+        # repeat), to drop a replayed one.
+        self._seen_seeds: set[int] = set()
         self._float32_wire: dict[bytes, int] = {}
         if not (isinstance(strategy, FedAvg) and type(strategy).aggregate_train is FedAvg.aggregate_train):
             log(
@@ -763,7 +1007,11 @@ class DPRECStrategy(Strategy):
         log(INFO, "\t├──> DP-REC settings:")
         log(INFO, "\t│\t├── Codec: %s", self.codec)
         log(INFO, "\t│\t├── delta: %g (%s)", self.delta, self._privacy_text())
-        how = "uniform mean" if self.weighted_by_key is None else f"weighted by {self.weighted_by_key!r}"
+        how = (
+            "uniform mean"
+            if self.weighted_by_key is None
+            else f"weighted by {self.weighted_by_key!r} (at most {self.max_weight:g} per reply)"
+        )
         log(INFO, "\t│\t└── Aggregation: %s", how)
         self.strategy.summary()
 
@@ -870,6 +1118,7 @@ class DPRECStrategy(Strategy):
                 )
         stats = DPRECRound(server_round=server_round, num_sampled=num_sampled, num_available=num_available)
         self._pending[server_round] = stats
+        self._sent[server_round] = [m.metadata for m in messages]
         self.history.append(stats)
         log(
             INFO,
@@ -1004,16 +1253,48 @@ class DPRECStrategy(Strategy):
             self._float32_wire[layout.digest] = wire_nbytes(record, key)
         return self._float32_wire[layout.digest]
 
-    def _aggregate_metrics(self, replies: list[Message]) -> MetricRecord | None:
-        """The wrapped strategy's train-metric aggregation over the replies' MetricRecords."""
+    def _aggregate_metrics(self, replies: list[Message], stats: DPRECRound) -> MetricRecord | None:
+        """The wrapped strategy's train-metric aggregation over the replies whose metrics are usable.
+
+        A reply without a ``MetricRecord``, without the wrapped strategy's weighting key in its
+        first one (what Flower's ``aggregate_metricrecords`` reads), with a weight that is not a
+        finite number in ``[0, max_weight]`` or with a value that is not finite is left out of
+        the metrics (its update is still aggregated): one such reply no longer costs the round
+        every client's metrics. Weights whose sum overflows give no metrics (Flower's average
+        would make every metric 0).
+        """
         fn = getattr(self.strategy, "train_metrics_aggr_fn", None)
-        if fn is None or not all(len(m.content.metric_records) for m in replies):
+        if fn is None:
             return None
-        records = [RecordDict(dict(m.content.metric_records.items())) for m in replies]
+        key = getattr(self.strategy, "weighted_by_key", "num-examples")
+        usable = []
+        for reply in replies:
+            try:
+                problem = _metrics_problem(reply, key, self.max_weight)
+            except Exception as exc:  # noqa: BLE001 - an odd record: its metrics only are left out
+                problem = _describe(exc)
+            if problem is not None:
+                stats.num_metrics_dropped += 1
+                log(
+                    WARNING,
+                    "DP-REC round %d: the train metrics of node %d are left out of the metric aggregation: %s",
+                    stats.server_round,
+                    reply.metadata.src_node_id,
+                    problem,
+                )
+                continue
+            usable.append(RecordDict(dict(reply.content.metric_records.items())))
+        if not usable:
+            return None
+        total = sum(float(next(iter(r.metric_records.values()))[key]) for r in usable)
+        if not math.isfinite(total):
+            # Flower's aggregate_metricrecords divides by this sum: every weight would be 0 (a loss of 0.0).
+            log(WARNING, "DP-REC round %d: the metric weights %r overflow; no train metrics", stats.server_round, key)
+            return None
         try:
-            return fn(records, getattr(self.strategy, "weighted_by_key", "num-examples"))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-            log(WARNING, "DP-REC: the wrapped strategy could not aggregate the train metrics: %r", exc)
+            return fn(usable, key)
+        except Exception as exc:  # noqa: BLE001 - a metric must not cost the round its update
+            log(WARNING, "DP-REC: the wrapped strategy could not aggregate the train metrics: %s", _describe(exc))
             return None
 
     def aggregate_train(
@@ -1021,58 +1302,116 @@ class DPRECStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Decode and average the replies' DP-REC messages in one pass; apply the mean to the global arrays.
 
-        The mean is over the messages received (with Poisson sampling, a number that varies
-        from round to round). Without any (every reply failed or was rejected, or no node was
-        selected) it returns ``(None, None)``, or with ``sampling="poisson"`` the unchanged
-        global arrays and the DP-REC metrics: a Poisson round is accounted whatever comes back.
+        The mean is over the messages kept (with Poisson sampling, a number that varies from
+        round to round): at most one per node sampled this round, in reply to its train message;
+        every other reply, and any that fails, is dropped (logged, counted in
+        ``"dprec-dropped"``; see the class docstring). A round is accounted once a DP-REC message
+        reached the server, aggregated or not (under Poisson sampling, always). Without any
+        message to aggregate it returns ``(None, None)`` if the round was not accounted, else
+        ``None`` (``sampling="without_replacement"``) or the unchanged global arrays
+        (``"poisson"``) with the DP-REC metrics.
         """
         replies = list(replies)
         stats = self._pending.pop(server_round, None)
+        sent = self._sent.pop(server_round, [])
         if stats is None:
             raise ValueError(f"round {server_round} was not configured by this DPRECStrategy (configure_train)")
         if self.sampling == "poisson":
             # Every Poisson round is composed, whatever comes back (nothing, if no node was selected).
             self.accountant.step()
+            stats.accounted = True
         template = self._template
         layout = self.codec.layout(template)
-        ok: list[Message] = []
-        msgs: list[DPRECMessage] = []
-        wire: list[int] = []
-        raw_weights: list[float] = []
+
+        def drop(node: Any, reason: str, detail: str) -> None:
+            stats.num_rejected += 1
+            stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
+            log(WARNING, "DP-REC round %d: dropped the reply of node %s (%s): %s", server_round, node, reason, detail)
+
+        # 1. Origin: one reply per sampled node, in reply to this round's train message.
+        ids = {m.message_id: int(m.dst_node_id) for m in sent if m.message_id}
+        nodes = {int(m.dst_node_id) for m in sent}
+        by_node: dict[int, list[Message]] = {}
         for reply in replies:
-            if reply.has_error():
+            try:
+                node = _sender(reply, ids, nodes)
+            except Exception as exc:  # noqa: BLE001 - metadata of a malformed reply
+                node, src = None, f"? ({_describe(exc)})"
+            else:
+                src = reply.metadata.src_node_id
+            if node is None:
+                drop(src, "unsolicited", "not a reply from the node of one of this round's train messages")
+            elif reply.has_error():
                 stats.num_failed += 1
-                log(INFO, "DP-REC: error reply from node %d: %s", reply.metadata.src_node_id, reply.error.reason)
-                continue
-            src = reply.metadata.src_node_id
+                log(INFO, "DP-REC: error reply from node %d: %s", node, _clip_text(str(reply.error.reason), 200))
+            else:
+                by_node.setdefault(node, []).append(reply)
+        single: list[tuple[int, Message]] = []
+        for node, node_replies in by_node.items():
+            if len(node_replies) > 1:
+                for _ in node_replies:
+                    drop(node, "duplicate-reply", f"node {node} replied {len(node_replies)} times this round")
+            else:
+                single.append((node, node_replies[0]))
+
+        # 2. The DP-REC message of each (any failure drops that reply only).
+        parsed: list[tuple[int, Message, DPRECMessage, int]] = []
+        for node, reply in single:
             try:
                 name, record, msg = _read_reply(reply, layout)
-                if self.weighted_by_key is not None:
-                    raw_weights.append(_metric(reply, self.weighted_by_key))
-            except (TypeError, ValueError) as exc:
-                stats.num_rejected += 1
-                log(WARNING, "DP-REC: skipping the reply of node %d: %s", src, exc)
+                # The server has seen a DP-REC message, kept or not: the round is accounted.
+                stats.accounted = True
+                parsed.append((node, reply, msg, wire_nbytes(record, name)))
+            except Exception as exc:  # noqa: BLE001 - bad bytes, wrong layout, MemoryError, ...
+                drop(node, "bad-message", _describe(exc))
+
+        # 3. Seeds: each message once, and new.
+        seeds = Counter(msg.seed for _, _, msg, _ in parsed)
+        kept: list[tuple[int, Message, DPRECMessage, int]] = []
+        raw_weights: list[float] = []
+        for node, reply, msg, wire in parsed:
+            if seeds[msg.seed] > 1:
+                drop(node, "duplicate-seed", f"its seed is in {seeds[msg.seed]} replies of this round")
                 continue
-            ok.append(reply)
-            msgs.append(msg)
-            wire.append(wire_nbytes(record, name))
+            if msg.seed in self._seen_seeds:
+                drop(node, "replayed-seed", "its seed was received in an earlier round")
+                continue
+            if self.weighted_by_key is not None:
+                try:
+                    weight = _metric(reply, self.weighted_by_key)
+                except Exception as exc:  # noqa: BLE001 - a missing, non-finite or negative weight
+                    drop(node, "bad-weight", _describe(exc))
+                    continue
+                if weight > self.max_weight:
+                    what = f"{self.weighted_by_key!r} = {weight:g} > max_weight = {self.max_weight:g}"
+                    drop(node, "above-max-weight", what)
+                    continue
+                raw_weights.append(weight)
+            kept.append((node, reply, msg, wire))
+        self._seen_seeds.update(seeds)
+        msgs = [msg for _, _, msg, _ in kept]
         log(
             INFO,
-            "aggregate_train: %d DP-REC messages, %d failures, %d rejected",
+            "aggregate_train: %d DP-REC messages, %d failures, %d dropped",
             len(msgs),
             stats.num_failed,
             stats.num_rejected,
         )
-        self._record_privacy(stats, None if self.accountant is None else self.accountant.accounting)
+
+        weights = None
+        if msgs and self.weighted_by_key is not None:
+            # Divided by the largest first: two claims of 1e308 would overflow the sum to inf and make
+            # every weight 0 (the model would not move, the round would still be accounted).
+            w = np.asarray(raw_weights, dtype=np.float64)
+            top = float(w.max())
+            if not top > 0.0:
+                log(WARNING, "DP-REC round %d: every weight %r is 0; no update", server_round, self.weighted_by_key)
+                msgs = []
+            else:
+                w = w / top
+                weights = w / math.fsum(w.tolist())
         if not msgs:
             return self._no_update(stats)
-        weights = None
-        if self.weighted_by_key is not None:
-            w = np.asarray(raw_weights, dtype=np.float64)
-            if not w.sum() > 0:
-                log(WARNING, "DP-REC: the weights %r sum to %s; no aggregation", self.weighted_by_key, w.sum())
-                return self._no_update(stats)
-            weights = w / w.sum()
         mean = self.codec.aggregate(msgs, template, weights=weights)
         new = ArrayRecord()
         for key, arr in self.current_arrays.items():
@@ -1081,14 +1420,11 @@ class DPRECStrategy(Strategy):
                 new[key] = Array(np.asarray(g + mean[key], dtype=g.dtype))
             else:
                 new[key] = arr
-        if self.sampling == "poisson":
-            accounting = self.accountant.accounting  # stepped above
-        else:
-            accounting = self.accountant.step(clients_per_round=stats.num_sampled)
+        accounting = self._account(stats)
         stats.num_aggregated = len(msgs)
         self._record_privacy(stats, accounting)
         stats.message_bytes = tuple(m.nbytes for m in msgs)
-        stats.wire_bytes = tuple(wire)
+        stats.wire_bytes = tuple(wire for _, _, _, wire in kept)
         stats.float32_wire_bytes = self._float32_wire_nbytes(layout, template)
         if self.keep_messages:
             stats.messages = tuple(m.to_bytes() for m in msgs)
@@ -1106,36 +1442,60 @@ class DPRECStrategy(Strategy):
             stats.float32_wire_bytes,
             stats.float32_wire_bytes / per_client,
         )
-        metrics = self._aggregate_metrics(ok)
+        metrics = self._aggregate_metrics([reply for _, reply, _, _ in kept], stats)
         metrics = MetricRecord() if metrics is None else metrics
         metrics = self._privacy_metrics(stats, metrics)
         metrics["dprec-clients"] = stats.num_aggregated
         metrics["dprec-message-bytes"] = _mean_int(stats.message_bytes)
         metrics["dprec-wire-bytes"] = per_client
         metrics["float32-wire-bytes"] = stats.float32_wire_bytes
-        return new, metrics
+        return new, self._drop_metrics(stats, metrics)
+
+    def _account(self, stats: DPRECRound) -> Any:
+        """Step the accountant for a round in which a message reached the server (Poisson: stepped already)."""
+        if self.sampling == "poisson":
+            return self.accountant.accounting
+        return self.accountant.step(clients_per_round=stats.num_sampled)
+
+    @staticmethod
+    def _drop_metrics(stats: DPRECRound, metrics: MetricRecord) -> MetricRecord:
+        """Add the failed and dropped counts (in a round that sent train messages)."""
+        if stats.num_sampled:
+            metrics["dprec-failed"] = stats.num_failed
+            metrics["dprec-dropped"] = stats.num_rejected
+            for reason in DROP_REASONS:
+                if stats.dropped.get(reason):
+                    metrics[f"dprec-dropped.{reason}"] = stats.dropped[reason]
+            if stats.num_metrics_dropped:
+                metrics["dprec-metrics-dropped"] = stats.num_metrics_dropped
+        return metrics
 
     def _no_update(self, stats: DPRECRound) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """What a round without an aggregated message returns.
 
-        ``(None, None)`` (Flower keeps its arrays); under Poisson sampling, where the round was
-        accounted, the unchanged global arrays and the ``"dprec-*"`` metrics.
+        ``(None, None)`` if nothing was accounted (Flower keeps its arrays). A round in which
+        a message reached the server is accounted; it returns the ``"dprec-*"`` metrics, with
+        ``None`` (Flower keeps its arrays) or, under Poisson sampling, the unchanged global arrays.
         """
-        if self.sampling != "poisson":
+        if not stats.accounted:
+            self._record_privacy(stats, None if self.accountant is None else self.accountant.accounting)
             return None, None
+        self._record_privacy(stats, self._account(stats))
         log(
             INFO,
-            "DP-REC round %d: no update (%d nodes selected, %d messages aggregated); global arrays unchanged, "
-            "%s after %d rounds",
+            "DP-REC round %d: no update (%d nodes selected, %d messages aggregated, %d replies dropped); global "
+            "arrays unchanged, %s after %d rounds",
             stats.server_round,
             stats.num_sampled,
             stats.num_aggregated,
+            stats.num_rejected,
             self._epsilon_text(stats),
             self.accountant.rounds,
         )
         metrics = self._privacy_metrics(stats, MetricRecord())
         metrics["dprec-clients"] = 0
-        return self.current_arrays, metrics
+        metrics = self._drop_metrics(stats, metrics)
+        return (self.current_arrays if self.sampling == "poisson" else None), metrics
 
     # -- evaluation -------------------------------------------------------------------------
 
@@ -1168,14 +1528,62 @@ def _read_reply(reply: Message, layout: Layout) -> tuple[str, ConfigRecord, DPRE
     return name, record, msg
 
 
+def _sender(reply: Message, ids: dict[str, int], nodes: set[int]) -> int | None:
+    """The sampled node whose train message ``reply`` answers, or None.
+
+    ``ids`` maps the message ids of this round's train messages to their destination nodes. A
+    Grid sets them when it pushes the messages; where it set none (``configure_train`` driven by
+    hand, or a grid that pushed copies) only the sender is compared with ``nodes``.
+    """
+    meta = reply.metadata
+    src = int(meta.src_node_id)
+    if ids:
+        return src if ids.get(meta.reply_to_message_id) == src else None
+    return src if src in nodes else None
+
+
+def _weight_value(value: Any, key: str) -> float:
+    """A metric used as a weight: a finite number >= 0 (ValueError naming ``key`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"metric {key!r} must be a finite number >= 0, got {_short(value)}")
+    return float(value)
+
+
 def _metric(reply: Message, key: str) -> float:
     for rec in reply.content.metric_records.values():
         if key in rec:
-            value = rec[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"metric {key!r} must be a finite number >= 0, got {value!r}")
-            return float(value)
+            return _weight_value(rec[key], key)
     raise ValueError(f"no MetricRecord holds the weight {key!r}")
+
+
+def _metrics_problem(reply: Message, key: str, max_weight: float) -> str | None:
+    """Why a reply's train metrics cannot enter the metric aggregation weighted by ``key``, or None."""
+    records = list(reply.content.metric_records.values())
+    if not records:
+        return "no MetricRecord"
+    if key not in records[0]:
+        return f"its first MetricRecord lacks the weighting key {key!r}"
+    try:
+        weight = _weight_value(records[0][key], key)
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int beyond float64
+        return _describe(exc)
+    if weight > max_weight:
+        return f"{key!r} = {weight:g} > max_weight = {max_weight:g}"
+    for rec in records:
+        for name, value in rec.items():
+            values = value if isinstance(value, list) else [value]
+            try:
+                finite = all(math.isfinite(v) for v in values)
+            except (TypeError, OverflowError):
+                finite = False
+            if not finite:
+                return f"metric {_short(name)} is not a finite number"
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: text`` of an exception raised while reading an untrusted reply, bounded for the log."""
+    return _clip_text(f"{type(exc).__name__}: {exc}", 300)
 
 
 def _mean_int(values: tuple[int, ...]) -> int | float:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import uuid
 
 import numpy as np
 import pytest
@@ -36,6 +38,8 @@ from dprec.flower import (  # noqa: E402
     CONFIG_CLIP_MULTIPLIER,
     CONFIG_MAX_GROUP_SIZE,
     CONFIG_SIGMA,
+    DEFAULT_MAX_WEIGHT,
+    DEFAULT_MIN_BITS,
     MESSAGE_KEY,
     RECORD_KEY,
     STATE_KEY,
@@ -770,6 +774,404 @@ def test_poisson_arguments():
 
 
 # --------------------------------------------------------------------------------------
+# Untrusted bytes and configurations (issue 33): the server drops what fails, the client
+# checks what the server asks for before training and never raises
+# --------------------------------------------------------------------------------------
+
+
+def push(messages):
+    """Give the train messages ids, as a Grid does when it pushes them (InMemoryGrid: a uuid4)."""
+    for m in messages:
+        m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return messages
+
+
+def forged(reply, *, src=None, reply_to=None):
+    """A reply whose sender or answered message id is rewritten (what a peer controls in its bytes)."""
+    if src is not None:
+        reply.metadata.__dict__["_src_node_id"] = src
+    if reply_to is not None:
+        reply.metadata.__dict__["_reply_to_message_id"] = reply_to
+    return reply
+
+
+def blob_of(reply) -> bytes:
+    return reply.content[RECORD_KEY][MESSAGE_KEY]
+
+
+def with_blob(reply, blob):
+    reply.content[RECORD_KEY] = ConfigRecord({MESSAGE_KEY: blob})
+    return reply
+
+
+def uniform_round(nodes=3, **kwargs):
+    """A strategy that samples every one of ``nodes`` nodes, its round-1 messages (pushed) and honest replies."""
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        keep_messages=True, **kwargs,
+    )
+    messages = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(nodes))))
+    return strategy, messages, answer(messages)
+
+
+def assert_mean_of(strategy, new, blobs, r=1, weights=None):
+    """The new global arrays are the stashed ones plus the mean of exactly these messages."""
+    stats = strategy.history[r - 1]
+    assert list(stats.messages) == list(blobs)
+    glob = float_arrays(strategy.current_arrays)
+    mean = make_codec().aggregate([DPRECMessage.from_bytes(b) for b in blobs], glob, weights=weights)
+    for k in glob:
+        if weights is None:
+            np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
+        else:  # the weights may differ in the last bit from the ones given here
+            np.testing.assert_allclose(new[k].numpy(), glob[k] + mean[k], rtol=1e-6, atol=1e-7)
+
+
+def _parse_raises(monkeypatch, victim, exc):
+    real = DPRECMessage.from_bytes
+
+    def from_bytes(data, layout=None):
+        if data == victim:
+            raise exc
+        return real(data, layout)
+
+    monkeypatch.setattr(DPRECMessage, "from_bytes", staticmethod(from_bytes))
+
+
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("memory-error", "bad-message"),  # issue 33: a MemoryError from one reply failed the whole round
+        ("recursion-error", "bad-message"),
+        ("truncated", "bad-message"),
+        ("not-bytes", "bad-message"),
+        ("other-layout", "bad-message"),
+        ("no-record", "bad-message"),
+        ("nan-weight", "bad-weight"),
+        ("no-weight", "bad-weight"),
+    ],
+)
+def test_strategy_drops_a_failing_reply_and_keeps_the_others(monkeypatch, case, reason):
+    weighted = case.endswith("weight")
+    strategy, messages, replies = uniform_round(weighted_by_key="num-examples" if weighted else None)
+    bad = replies[1]
+    if case == "memory-error":
+        _parse_raises(monkeypatch, blob_of(bad), MemoryError("Unable to allocate 81.2 GiB"))
+    elif case == "recursion-error":
+        _parse_raises(monkeypatch, blob_of(bad), RecursionError("maximum recursion depth exceeded"))
+    elif case == "truncated":
+        with_blob(bad, blob_of(bad)[:-1])
+    elif case == "not-bytes":
+        with_blob(bad, "not bytes")
+    elif case == "other-layout":
+        other = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=BITS + 1, max_group_size=GROUP)
+        with_blob(bad, other.encode(float_arrays(initial_arrays())).to_bytes())
+    elif case == "no-record":
+        del bad.content[RECORD_KEY]
+    elif case == "nan-weight":
+        bad.content["metrics"]["num-examples"] = float("nan")
+    elif case == "no-weight":
+        del bad.content["metrics"]["num-examples"]
+    with FlowerLog() as flog:
+        new, metrics = strategy.aggregate_train(1, replies)
+    stats = strategy.history[0]
+    assert (stats.num_aggregated, stats.num_rejected, stats.dropped) == (2, 1, {reason: 1})
+    assert metrics["dprec-clients"] == 2 and metrics["dprec-failed"] == 0
+    assert metrics["dprec-dropped"] == 1 and metrics[f"dprec-dropped.{reason}"] == 1
+    honest = [blob_of(replies[0]), blob_of(replies[2])]
+    w = None
+    if weighted:
+        n = np.array([replies[0].content["metrics"]["num-examples"], replies[2].content["metrics"]["num-examples"]])
+        w = n / n.sum()
+    assert_mean_of(strategy, new, honest, weights=w)
+    lines = flog.matching("dropped the reply of node")
+    assert len(lines) == 1 and f"node {messages[1].metadata.dst_node_id} ({reason})" in lines[0], flog.lines
+
+
+def test_strategy_takes_one_message_per_sampled_node_in_reply_to_this_round():
+    # Issue 33: a node sending another node's exact bytes, a round-1 message replayed twice in round 2
+    # (5 aggregated for 4 sampled), and a reply to a message never sent were all aggregated.
+    # 1. Node 2 sends node 1's bytes: both copies are dropped (which one is the original cannot be told).
+    strategy, messages, replies = uniform_round(3)
+    with_blob(replies[1], blob_of(replies[0]))
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert metrics["dprec-clients"] == 1 and metrics["dprec-dropped.duplicate-seed"] == 2
+    assert_mean_of(strategy, new, [blob_of(replies[2])])
+
+    # 2. Round 2: node 1's round-1 message replayed twice for node 1 (its honest reply not sent), and once by
+    # node 2 in place of its own; node 3 and 4 honest.
+    strategy, messages, round1 = uniform_round(4)
+    new, _ = strategy.aggregate_train(1, round1)
+    messages = push(list(strategy.configure_train(2, new, ConfigRecord(), StaticGrid(4))))
+    round2 = answer(messages)
+    replays = [with_blob(Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}), reply_to=messages[0]),
+                         blob_of(round1[0])) for _ in range(2)]
+    with_blob(round2[1], blob_of(round1[1]))
+    with FlowerLog() as flog:
+        new2, metrics = strategy.aggregate_train(2, replays + round2[1:])
+    stats = strategy.history[1]
+    assert (stats.num_sampled, stats.num_aggregated) == (4, 2)
+    assert stats.dropped == {"duplicate-reply": 2, "replayed-seed": 1}
+    assert metrics["dprec-clients"] == 2 and metrics["dprec-dropped"] == 3
+    assert_mean_of(strategy, new2, [blob_of(round2[2]), blob_of(round2[3])], r=2)
+    assert len(flog.matching("(duplicate-reply)")) == 2 and len(flog.matching("(replayed-seed)")) == 1
+
+    # 3. Replies to messages this round never sent: to a node that was not sampled, to another node's
+    # message, to an earlier round's message, and a reply with no id at all.
+    strategy, messages, replies = uniform_round(2)
+    stray = dprec_mod(train_message(make_codec(), node_id=999), make_context(999), train_fn)
+    other = forged(answer([messages[0]])[0], src=messages[1].metadata.dst_node_id)  # node 2 answers node 1's
+    old = forged(answer([messages[0]])[0], reply_to="an-id-of-round-0")
+    none = forged(answer([messages[0]])[0], reply_to="")
+    new, metrics = strategy.aggregate_train(1, replies + [stray, other, old, none])
+    stats = strategy.history[0]
+    assert stats.num_aggregated == 2 and stats.dropped == {"unsolicited": 4}
+    assert metrics["dprec-clients"] == 2 <= stats.num_sampled
+    assert_mean_of(strategy, new, [blob_of(r) for r in replies])
+    # An error reply from a node that was not sampled is dropped too, not counted as a failure.
+    strategy, messages, replies = uniform_round(2)
+    error = forged(Message(Error(code=0, reason="x" * 10_000), reply_to=messages[0]), src=12345)
+    _, metrics = strategy.aggregate_train(1, replies + [error])
+    assert metrics["dprec-failed"] == 0 and metrics["dprec-dropped.unsolicited"] == 1
+
+
+def test_strategy_accounts_a_round_whose_messages_were_all_dropped():
+    # The server saw the messages: the round is accounted and reported even though none is aggregated.
+    strategy, messages, replies = uniform_round(2)
+    with_blob(replies[1], blob_of(replies[0]))
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is None and strategy.accountant.rounds == 1 and strategy.history[0].accounted
+    assert metrics["dprec-epsilon"] == strategy.epsilon > 0 and metrics["dprec-clients"] == 0
+    assert metrics["dprec-dropped.duplicate-seed"] == 2
+
+
+def test_weighted_aggregation_does_not_overflow():
+    # Issue 33: two clients reporting num-examples=1e308 made every weight 0 (the sum overflowed): the round
+    # reported success and spent epsilon, and the model did not move.
+    strategy, messages, replies = uniform_round(2, weighted_by_key="num-examples", max_weight=1.5e308)
+    for r in replies:
+        r.content["metrics"]["num-examples"] = 1e308
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert metrics["dprec-clients"] == 2
+    assert "train-loss" not in metrics, "FedAvg's metric weights would overflow too: no train-loss of 0.0"
+    assert_mean_of(strategy, new, [blob_of(r) for r in replies], weights=np.array([0.5, 0.5]))
+    glob = float_arrays(initial_arrays())
+    assert any(np.any(new[k].numpy() != glob[k]) for k in glob), "the model moves"
+    # Tiny and huge weights in one round: the ratios are kept (divided by the largest first).
+    strategy, messages, replies = uniform_round(3, weighted_by_key="w", max_weight=1e300)
+    for r, w in zip(replies, (1e300, 2e299, 1e-300)):
+        r.content["metrics"]["w"] = w
+    new, _ = strategy.aggregate_train(1, replies)
+    # 1e-300 / 1e300 is 0.
+    assert_mean_of(strategy, new, [blob_of(r) for r in replies], weights=np.array([1.0, 0.2, 0.0]) / 1.2)
+
+
+def test_weights_above_max_weight_are_dropped():
+    # Issue 33: one client reporting 1e300 took almost all the weight. Above max_weight (default 1e6) a reply
+    # is dropped and counted; the others keep their relative weights.
+    strategy, messages, replies = uniform_round(3, weighted_by_key="num-examples")
+    assert strategy.max_weight == DEFAULT_MAX_WEIGHT == 1e6
+    for r, n in zip(replies, (1e300, 20, 30)):
+        r.content["metrics"]["num-examples"] = n
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert metrics["dprec-clients"] == 2 and metrics["dprec-dropped.above-max-weight"] == 1
+    assert_mean_of(strategy, new, [blob_of(replies[1]), blob_of(replies[2])], weights=np.array([0.4, 0.6]))
+    # Two at 1e308 with the default cap: both dropped, the round accounted and reported.
+    strategy, messages, replies = uniform_round(2, weighted_by_key="num-examples")
+    for r in replies:
+        r.content["metrics"]["num-examples"] = 1e308
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is None and metrics["dprec-dropped.above-max-weight"] == 2 and metrics["dprec-clients"] == 0
+    for bad, exc in ((0.0, ValueError), (float("inf"), ValueError), ("1e6", TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="max_weight"):
+            DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, max_weight=bad)
+
+
+def test_one_reply_without_num_examples_drops_only_its_metrics():
+    # Issue 33: one reply without "num-examples" dropped every client's train metrics for the round. Now only
+    # that reply's metrics are left out (its update, uniformly weighted, is still aggregated), and counted.
+    strategy, messages, replies = uniform_round(4)
+    del replies[0].content["metrics"]["num-examples"]
+    replies[1].content["metrics"]["train-loss"] = float("nan")
+    replies[2].content["metrics"]["num-examples"] = 1e308  # above max_weight: would overflow FedAvg's sum
+    with FlowerLog() as flog:
+        new, metrics = strategy.aggregate_train(1, replies)
+    assert metrics["dprec-clients"] == 4 and metrics["dprec-metrics-dropped"] == 3
+    assert strategy.history[0].num_metrics_dropped == 3
+    assert metrics["train-loss"] == pytest.approx(replies[3].content["metrics"]["train-loss"])
+    assert_mean_of(strategy, new, [blob_of(r) for r in replies])
+    assert len(flog.matching("left out of the metric aggregation")) == 3
+    # A reply without any MetricRecord, and a metric aggregation that raises, cost only the metrics.
+    strategy, messages, replies = uniform_round(2)
+    del replies[0].content["metrics"]
+    _, metrics = strategy.aggregate_train(1, replies)
+    assert metrics["dprec-metrics-dropped"] == 1 and "train-loss" in metrics
+    strategy, messages, replies = uniform_round(2)
+    strategy.strategy.train_metrics_aggr_fn = lambda records, key: 1 / 0
+    _, metrics = strategy.aggregate_train(1, replies)
+    assert metrics["dprec-clients"] == 2 and "train-loss" not in metrics
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+class Trainer:
+    """A train function that records whether it ran."""
+
+    def __init__(self, fn=train_fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, m, c):
+        self.calls += 1
+        return self.fn(m, c)
+
+
+def run_mod(mod, config_changes=(), fn=train_fn, arrays=None, codec=None):
+    msg = train_message(make_codec() if codec is None else codec, arrays)
+    cfg = msg.content["config"]
+    for k, v in dict(config_changes).items():
+        if v is None:
+            del cfg[k]
+        else:
+            cfg[k] = v
+    trainer = Trainer(fn)
+    reply = mod(msg, make_context(), trainer)  # never raises
+    return reply, trainer.calls
+
+
+def test_capped_mod_refuses_too_few_bits_before_training():
+    # Issue 33: make_dprec_mod(max_clip_multiplier=1.0) trained and sent when the server asked for bits=1.
+    capped = make_dprec_mod(max_clip_multiplier=1.0)
+    one_bit = DPRECCodec(sigma=SIGMA, clip_multiplier=1.0, bits=1, max_group_size=GROUP)
+    reply, trained = run_mod(capped, codec=one_bit)
+    assert reply.has_error() and reply.error.code == ErrorCode.MOD_FAILED_PRECONDITION and trained == 0
+    assert "bits=1" in reply.error.reason and f"min_bits={DEFAULT_MIN_BITS}" in reply.error.reason
+    # The smallest group counts (a per-tensor mapping), and DEFAULT_MIN_BITS itself is accepted.
+    mixed = DPRECCodec(sigma=SIGMA, clip_multiplier=1.0, bits={"fc.weight": 9, "fc.bias": DEFAULT_MIN_BITS - 1})
+    reply, trained = run_mod(capped, codec=mixed)
+    assert reply.has_error() and "'fc.bias'" in reply.error.reason and trained == 0
+    reply, trained = run_mod(capped, codec=DPRECCodec(sigma=SIGMA, clip_multiplier=1.0, bits=DEFAULT_MIN_BITS))
+    assert not reply.has_error() and trained == 1
+    # A client may accept fewer bits; the uncapped dprec_mod takes any bits in 1..24.
+    reply, trained = run_mod(make_dprec_mod(max_clip_multiplier=1.0, min_bits=1), codec=one_bit)
+    assert not reply.has_error() and trained == 1
+    assert not run_mod(dprec_mod, codec=one_bit)[0].has_error()
+    for bad, exc in ((0, ValueError), (25, ValueError), (7.0, TypeError), ("7", TypeError)):
+        with pytest.raises(exc, match="min_bits"):
+            make_dprec_mod(max_clip_multiplier=1.0, min_bits=bad)
+    for name in ("max_candidates", "max_candidate_elements"):
+        with pytest.raises(ValueError, match=name):
+            make_dprec_mod(**{name: 1})
+        with pytest.raises(TypeError, match=name):
+            make_dprec_mod(**{name: 2.0**40})
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        # Issue 33: these raised out of the mod (the first two after training).
+        ({CONFIG_BITS: json.dumps({"nope": 7})}, r"bits name tensors .*\['nope'\]"),
+        ({CONFIG_BITS: json.dumps({"steps": 7})}, r"not floating-point arrays .*\['steps'\]"),
+        ({CONFIG_BITS: "[" * 100_000 + "]" * 100_000}, "nested too deeply"),
+        ({CONFIG_MAX_GROUP_SIZE: 1, CONFIG_BITS: 24}, r"10905190400 candidates .* max_candidates=4194304"),
+        ({CONFIG_BITS: 24}, "max_candidates"),  # 30 s of encoding for 650 parameters
+        ({CONFIG_BITS: 25}, r"bits must be in \[1, 24\]"),
+        ({CONFIG_BITS: json.dumps({"fc.bias": 0})}, r"bits\['fc.bias'\] must be in"),
+        ({CONFIG_BITS: "7"}, "must be an int or a JSON object"),
+        ({CONFIG_BITS: True}, "bits must be an integer"),
+        ({CONFIG_SIGMA: "0.1"}, "sigma"),
+        ({CONFIG_SIGMA: float("nan")}, "sigma"),
+        ({CONFIG_CLIP_MULTIPLIER: -1.0}, "clip_multiplier"),
+        ({CONFIG_MAX_GROUP_SIZE: 0}, "max_group_size"),
+        ({CONFIG_MAX_GROUP_SIZE: [1, 2]}, "max_group_size"),
+        ({CONFIG_BITS: None}, "lacks the DP-REC keys"),
+        ({"dprec.bits": "x" * 100_000}, "is not a JSON object"),
+    ],
+)
+def test_mod_checks_the_server_parameters_before_training(changes, match):
+    reply, trained = run_mod(dprec_mod, changes)
+    assert trained == 0, "nothing is trained on parameters the client refuses"
+    assert reply.has_error() and reply.error.code == ErrorCode.MOD_FAILED_PRECONDITION
+    assert re.search(match, reply.error.reason), reply.error.reason
+    assert len(reply.error.reason) <= 520, "a server's value is not echoed in full"
+
+
+def test_mod_limits_the_encode_cost():
+    # By default: 13 bits on one group of 2^20 parameters is 2^33 candidate-elements (about 15 s of encoding).
+    big = ArrayRecord({"w": Array(np.zeros(2**20, np.float32))})
+    reply, trained = run_mod(dprec_mod, arrays=big, codec=DPRECCodec(sigma=SIGMA, bits=13))
+    assert reply.has_error() and trained == 0
+    assert "8589934592 candidate-elements" in reply.error.reason
+    assert "max_candidate_elements=4294967296" in reply.error.reason
+    # The caps are the client's: 7 bits on 650 parameters is 83,200 candidate-elements and 1,408 candidates.
+    reply, trained = run_mod(make_dprec_mod(max_candidate_elements=83_199))
+    assert reply.has_error() and "83200 candidate-elements" in reply.error.reason and trained == 0
+    reply, trained = run_mod(make_dprec_mod(max_candidate_elements=83_200, max_candidates=1408))
+    assert not reply.has_error() and trained == 1
+    reply, trained = run_mod(make_dprec_mod(max_candidates=1407))
+    assert reply.has_error() and "1408 candidates" in reply.error.reason and trained == 0
+    # A global model with NaN is refused before training (every update would be NaN).
+    arrays = initial_arrays()
+    w = arrays["fc.weight"].numpy().copy()
+    w[3, 3] = np.inf
+    arrays["fc.weight"] = Array(w)
+    reply, trained = run_mod(dprec_mod, arrays=arrays)
+    assert reply.has_error() and "'fc.weight' holds NaN or infinity" in reply.error.reason and trained == 0
+
+
+def _nan_update(m, c):
+    reply = train_fn(m, c)
+    w = reply.content["arrays"]["fc.weight"].numpy().copy()
+    w[0, 0] = np.nan
+    reply.content["arrays"]["fc.weight"] = Array(w)
+    return reply
+
+
+def _diverged(m, c):
+    raise FloatingPointError("training diverged: loss = nan at step 17 (norm 3.2e9)")
+
+
+@pytest.mark.parametrize("case", ["nan-update", "memory-error", "train-raises"])
+def test_mod_failures_after_training_reveal_nothing(monkeypatch, case):
+    # Issue 33: an update with NaN raised "update['fc.weight'] contains NaN values", which Flower sent to the
+    # server: it revealed that training diverged. After training, any failure is a generic error reply.
+    fn = {"nan-update": _nan_update, "memory-error": train_fn, "train-raises": _diverged}[case]
+    if case == "memory-error":
+        def encode(self, update, *args, **kwargs):
+            raise MemoryError(f"Unable to allocate 81.2 GiB; norm {np.linalg.norm(update['fc.weight'])}")
+
+        monkeypatch.setattr(DPRECCodec, "encode", encode)
+    context = make_context()
+    with FlowerLog() as flog:
+        reply = dprec_mod(train_message(make_codec()), context, Trainer(fn))  # does not raise
+    assert reply.has_error()
+    if case == "train-raises":
+        assert reply.error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+        assert reply.error.reason.startswith("dprec_mod: the ClientApp's train function raised an exception")
+    else:
+        assert reply.error.code == ErrorCode.MOD_FAILED_PRECONDITION
+        assert reply.error.reason == "dprec_mod: the client could not encode its update"
+    for text in [reply.error.reason, *flog.lines]:
+        assert not re.search(r"nan|NaN|diverged|norm|GiB|17", text), text
+    assert STATE_KEY not in context.state.metric_records, "no diagnostics of a failed encode"
+
+
+def test_mod_logs_no_norm():
+    import logging
+
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    context = make_context()
+    try:
+        with FlowerLog() as flog:
+            reply = dprec_mod(train_message(make_codec()), context, train_fn)
+    finally:
+        logger.setLevel(level)
+    assert not reply.has_error() and flog.matching("dprec_mod:"), flog.lines
+    norm = context.state[STATE_KEY]["norm"]
+    assert not [line for line in flog.lines if "norm" in line or f"{norm:.4g}" in line or "clipped" in line]
+
 
 # --------------------------------------------------------------------------------------
 # A real Flower simulation (Ray backend)
@@ -782,16 +1184,19 @@ class RecordingStrategy(DPRECStrategy):
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
         self.__dict__.setdefault("replies", []).append([r.content for r in replies])
+        # The ids the Grid gave the train messages when it pushed them, and the ids the replies answer.
+        sent = {m.message_id for m in self._sent[server_round]}
+        self.__dict__.setdefault("ids", []).append((sent, [r.metadata.reply_to_message_id for r in replies]))
         return super().aggregate_train(server_round, replies)
 
 
-def run_dprec_simulation(make_strategy) -> tuple:
+def run_dprec_simulation(make_strategy, mods=(dprec_mod,)) -> tuple:
     """Run NUM_ROUNDS of a real Flower simulation; returns (Result, strategy, global arrays by round)."""
     pytest.importorskip("ray")
     from flwr.simulation import run_simulation
 
     out: dict = {}
-    client_app = ClientApp(mods=[dprec_mod])
+    client_app = ClientApp(mods=list(mods))
     client_app.train()(train_fn)
     client_app.evaluate()(evaluate_fn)
     server_app = ServerApp()
@@ -857,7 +1262,10 @@ def test_flower_simulation():
         # Epsilon: the accountant stepped once per round, sampling without replacement.
         metrics = result.train_metrics_clientapp[r]
         assert metrics["dprec-epsilon"] == pytest.approx(eps[r - 1], rel=1e-12)
-        assert metrics["dprec-clients"] == 3
+        assert metrics["dprec-clients"] == 3 and metrics["dprec-dropped"] == metrics["dprec-failed"] == 0
+        # Replies were matched by message id: the Grid set one on every train message, each reply names one.
+        sent, answered = strategy.ids[r - 1]
+        assert "" not in sent and len(sent) == 3 and sorted(answered) == sorted(sent)
         assert 20 * metrics["dprec-wire-bytes"] < metrics["float32-wire-bytes"]
         assert metrics["dprec-wire-bytes"] < metrics["dprec-message-bytes"] + 40
         assert "train-loss" in metrics
@@ -927,3 +1335,40 @@ def test_flower_simulation_poisson():
     assert strategy.epsilon == pytest.approx(reference.step(rounds=NUM_ROUNDS).epsilon, rel=1e-12)
     assert strategy.accountant.sampling == "poisson" and strategy.accountant.rounds == NUM_ROUNDS
     np.testing.assert_array_equal(result.arrays["fc.weight"].numpy(), globals_[NUM_ROUNDS]["fc.weight"])
+
+
+def replay_mod(msg, context, call_next):
+    """A dishonest client (partition 0): from round 2 on it sends its round-1 DP-REC message again."""
+    reply = call_next(msg, context)
+    if context.node_config.get("partition-id") != 0 or reply.has_error():
+        return reply
+    kept = context.state.config_records.get("replay")
+    if kept is None:
+        context.state["replay"] = ConfigRecord({"blob": reply.content[RECORD_KEY][MESSAGE_KEY]})
+    else:
+        reply.content[RECORD_KEY] = ConfigRecord({MESSAGE_KEY: kept["blob"]})
+    return reply
+
+
+def test_flower_simulation_drops_a_replayed_message():
+    # Through Flower's own grid: every node trains every round; node 0 replays its round-1 message in rounds
+    # 2 and 3. Its reply is dropped there and counted, and the round goes on with the 4 honest ones.
+    result, strategy, globals_ = run_dprec_simulation(
+        lambda: RecordingStrategy(
+            FedAvg(fraction_train=1.0, fraction_evaluate=0.4, min_train_nodes=NUM_NODES, min_available_nodes=NUM_NODES),
+            make_codec(),
+            delta=DELTA,
+            keep_messages=True,
+        ),
+        mods=(replay_mod, dprec_mod),
+    )
+    template = float_arrays(initial_arrays())
+    for r in range(1, NUM_ROUNDS + 1):
+        stats, metrics = strategy.history[r - 1], result.train_metrics_clientapp[r]
+        replayed = int(r > 1)
+        assert (stats.num_sampled, stats.num_aggregated) == (NUM_NODES, NUM_NODES - replayed)
+        assert stats.dropped == ({"replayed-seed": 1} if replayed else {})
+        assert metrics["dprec-dropped"] == replayed and metrics["dprec-clients"] == NUM_NODES - replayed
+        mean = make_codec().aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+        for k in template:
+            np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
