@@ -89,6 +89,7 @@ __all__ = [
     "CONFIG_SIGMA",
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_MAX_CANDIDATE_ELEMENTS",
+    "DEFAULT_MAX_CANDIDATES_PER_PARAMETER",
     "DEFAULT_MAX_WEIGHT",
     "DEFAULT_MIN_BITS",
     "DPRECRound",
@@ -127,12 +128,15 @@ STRATEGY_SAMPLING = ("without_replacement", "poisson")
 #: candidates and grows as it shrinks (1 bit about doubles epsilon at ``c = 1``).
 DEFAULT_MIN_BITS = DEFAULT_BITS
 #: Default cap on the candidates of one encode, the sum over groups of ``2^bits``: the encode holds
-#: 16 bytes per candidate (64 MiB here), and a group has at least 2 of them, so it also bounds the
+#: 16 bytes per candidate (1 GiB here), and a group has at least 2 of them, so it also bounds the
 #: groups. ``max_group_size=1, bits=24`` on 650 parameters would need 10.9e9 (an 81 GiB array).
-DEFAULT_MAX_CANDIDATES = 2**22
+DEFAULT_MAX_CANDIDATES = 2**26
 #: Default cap on the candidate-elements of one encode, the sum over groups of ``2^bits x`` the
-#: group's size: its arithmetic, about 7 s at 2^32 on a 2-core machine (7 bits on 33 million
-#: parameters is 2^32). ``bits=24`` on 650 parameters would be 10.9e9 (30 s).
+#: group's size: the larger of :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` and this many per parameter of
+#: the model, so that the encode's arithmetic may grow with the model the client trains anyway (7 bits
+#: use 2^7 per parameter). ``bits=24`` on 650 parameters would be 10.9e9 (30 s).
+DEFAULT_MAX_CANDIDATES_PER_PARAMETER = 2**12
+#: The floor of that cap: 2^32 candidate-elements take about 7 s on a 2-core machine.
 DEFAULT_MAX_CANDIDATE_ELEMENTS = 2**32
 #: ``DPRECStrategy(max_weight=...)`` default: the largest weight (``weighted_by_key``, and the wrapped
 #: strategy's metric weighting key, Flower's ``"num-examples"``) a reply may claim.
@@ -337,7 +341,8 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
        ``ArrayRecord``, and checks both before the client trains: the parameters' types and
        ranges, ``bits`` naming only floating-point arrays of the global model, finite non-empty
        global arrays, and an encode within :data:`DEFAULT_MAX_CANDIDATES` candidates and
-       :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` candidate-elements (:func:`make_dprec_mod` sets
+       :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` candidate-elements or
+       :data:`DEFAULT_MAX_CANDIDATES_PER_PARAMETER` per parameter, the larger (:func:`make_dprec_mod` sets
        other limits, and privacy caps);
     2. runs the rest of the app (``call_next``);
     3. computes the update ``reply - global`` of the floating-point arrays, encodes it with
@@ -385,10 +390,10 @@ class _Limits:
     max_clip_multiplier: float | None
     min_bits: int
     max_candidates: int
-    max_candidate_elements: int
+    max_candidate_elements: int | None  # None: DEFAULT_MAX_CANDIDATES_PER_PARAMETER per parameter
 
 
-_DEFAULT_LIMITS = _Limits(None, MIN_BITS, DEFAULT_MAX_CANDIDATES, DEFAULT_MAX_CANDIDATE_ELEMENTS)
+_DEFAULT_LIMITS = _Limits(None, MIN_BITS, DEFAULT_MAX_CANDIDATES, None)
 
 
 def make_dprec_mod(
@@ -396,7 +401,7 @@ def make_dprec_mod(
     max_clip_multiplier: float | None = None,
     min_bits: int = DEFAULT_MIN_BITS,
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
-    max_candidate_elements: int = DEFAULT_MAX_CANDIDATE_ELEMENTS,
+    max_candidate_elements: int | None = None,
 ) -> Callable[[Message, Context, Callable], Message]:
     """:func:`dprec_mod` with client-side caps on the privacy and the work the server may ask for.
 
@@ -419,10 +424,11 @@ def make_dprec_mod(
     max_candidates : int
         The most candidates one encode may hold, the sum over groups of ``2^bits`` (16 bytes of
         memory each), ``>= 2``; default :data:`DEFAULT_MAX_CANDIDATES`.
-    max_candidate_elements : int
+    max_candidate_elements : int, optional
         The most candidate-elements one encode may compute, the sum over groups of
-        ``2^bits x`` the group's size, ``>= 2``; default :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS`.
-        Raise it for models above about 33 million parameters at 7 bits.
+        ``2^bits x`` the group's size, ``>= 2``; default: the larger of
+        :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` (2^32) and :data:`DEFAULT_MAX_CANDIDATES_PER_PARAMETER`
+        (2^12) times the parameters of the model.
 
     Returns
     -------
@@ -434,7 +440,9 @@ def make_dprec_mod(
         max_clip_multiplier=cap,
         min_bits=check_int(min_bits, "min_bits", MIN_BITS, MAX_BITS),
         max_candidates=check_int(max_candidates, "max_candidates", 2, 2**63 - 1),
-        max_candidate_elements=check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
+        max_candidate_elements=None
+        if max_candidate_elements is None
+        else check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
     )
 
     def capped_dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
@@ -461,7 +469,7 @@ def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Li
                 f"the server's bits name tensors that are not floating-point arrays of the global model: "
                 f"{_short(unknown)}; not training"
             )
-    groups = candidates = elements = 0
+    groups = candidates = elements = parameters = 0
     fewest: tuple[int, str] | None = None
     for name, a in template.items():
         n = int(a.size)
@@ -471,6 +479,7 @@ def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Li
         chunk = n if codec.max_group_size is None else min(n, codec.max_group_size)
         g = -(-n // chunk)
         groups, candidates, elements = groups + g, candidates + (g << b), elements + (n << b)
+        parameters += n
         if fewest is None or b < fewest[0]:
             fewest = (b, name)
     if fewest is not None and fewest[0] < limits.min_bits:
@@ -483,11 +492,13 @@ def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Li
             f"the server's bits and max_group_size make one encode hold {candidates} candidates (2^bits for each "
             f"of {groups} groups), above this client's max_candidates={limits.max_candidates}; not training"
         )
-    if elements > limits.max_candidate_elements:
+    max_elements = limits.max_candidate_elements
+    if max_elements is None:
+        max_elements = max(DEFAULT_MAX_CANDIDATE_ELEMENTS, DEFAULT_MAX_CANDIDATES_PER_PARAMETER * parameters)
+    if elements > max_elements:
         raise _Refusal(
             f"the server's bits make one encode compute {elements} candidate-elements (2^bits x group size, "
-            f"summed over {groups} groups), above this client's max_candidate_elements="
-            f"{limits.max_candidate_elements}; not training"
+            f"summed over {groups} groups), above this client's max_candidate_elements={max_elements}; not training"
         )
     codec.layout(template)  # anything else the codec refuses (a group above 2**34 elements), before training
 

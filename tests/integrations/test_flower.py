@@ -1073,7 +1073,7 @@ def test_capped_mod_refuses_too_few_bits_before_training():
         ({CONFIG_BITS: json.dumps({"nope": 7})}, r"bits name tensors .*\['nope'\]"),
         ({CONFIG_BITS: json.dumps({"steps": 7})}, r"not floating-point arrays .*\['steps'\]"),
         ({CONFIG_BITS: "[" * 100_000 + "]" * 100_000}, "nested too deeply"),
-        ({CONFIG_MAX_GROUP_SIZE: 1, CONFIG_BITS: 24}, r"10905190400 candidates .* max_candidates=4194304"),
+        ({CONFIG_MAX_GROUP_SIZE: 1, CONFIG_BITS: 24}, r"10905190400 candidates .* max_candidates=67108864"),
         ({CONFIG_BITS: 24}, "max_candidates"),  # 30 s of encoding for 650 parameters
         ({CONFIG_BITS: 25}, r"bits must be in \[1, 24\]"),
         ({CONFIG_BITS: json.dumps({"fc.bias": 0})}, r"bits\['fc.bias'\] must be in"),
@@ -1097,7 +1097,8 @@ def test_mod_checks_the_server_parameters_before_training(changes, match):
 
 
 def test_mod_limits_the_encode_cost():
-    # By default: 13 bits on one group of 2^20 parameters is 2^33 candidate-elements (about 15 s of encoding).
+    # By default: 13 bits on one group of 2^20 parameters is 2^33 candidate-elements (about 15 s of encoding),
+    # above both 2^32 and 2^12 per parameter.
     big = ArrayRecord({"w": Array(np.zeros(2**20, np.float32))})
     reply, trained = run_mod(dprec_mod, arrays=big, codec=DPRECCodec(sigma=SIGMA, bits=13))
     assert reply.has_error() and trained == 0
