@@ -61,3 +61,10 @@ def test_current_names_do_not_warn():
         from dprec.qmgeo import pack, quantize  # noqa: F401
         from dprec.rec import DPRECMessage, candidate  # noqa: F401
         from dprec.transforms import CountSketch, fwht  # noqa: F401
+
+
+def test_python_dash_m_old_path_runs_the_new_module():
+    proc = subprocess.run([sys.executable, "-m", "dprec.demo", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage" in proc.stdout.lower()
+    assert "dprec.demo moved to dprec.compare.demo" in proc.stderr

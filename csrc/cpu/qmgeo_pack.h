@@ -1,4 +1,4 @@
-// Bit packing of QMGeo level indices (docs/qmgeo.md "Wire: ceil(log2 R) bits per coordinate").
+// Bit packing of QMGeo level indices (ceil(log2 R) bits per coordinate; see docs/contract.md).
 // dprec/reference/qmgeo.py (pack_indices, unpack_indices, accumulate_indices) is the executable
 // definition; these kernels are byte-identical (pack) and bit-identical (unpack, accumulate) to it.
 //

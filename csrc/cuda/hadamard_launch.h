@@ -19,7 +19,7 @@ void fwht(int device, Stream stream, const T* src, T* dst, uint64_t rows, int lo
 // forward: src (rows x dim) -> dst (rows x n), x <- H D_s x / sqrt(n) for s = 0 .. repeats-1;
 // inverse: src (rows x n) -> dst (rows x dim), y <- D_s H y / sqrt(n) for s = repeats-1 .. 0,
 // then the first dim columns. src and dst must not overlap. Bit-identical to the CPU path
-// of dprec.hadamard.RandomizedHadamard.
+// of dprec.transforms.RandomizedHadamard.
 template <class T>
 void randomized_hadamard(int device, Stream stream, const T* src, T* dst, uint64_t rows, uint64_t dim, int log2n,
                          uint64_t seed, uint32_t group, uint64_t repeats, bool inverse);

@@ -1,6 +1,6 @@
 // Per-thread bodies of the SecAgg server-side CUDA kernels: the modular sum of the clients'
-// vectors and the centered lift of the result (docs/secagg.md: "SecAgg = modular sum; server lifts
-// to [-M/2, M/2), rescales"), M = 2^bits, 1 <= bits <= 64.
+// vectors and the centered lift of the result (the server's step, see docs/secagg.md: it lifts to
+// [-M/2, M/2) and rescales), M = 2^bits, 1 <= bits <= 64.
 //
 // Same rules as kernel_bodies.h: a body depends on its flat thread id alone (no shared
 // memory, warp intrinsics or synchronisation), so csrc/python/bind_emulation_modular.cpp

@@ -1,5 +1,5 @@
 // The Walsh-Hadamard transform and randomized Hadamard rotation on the GPU. Arrays arrive
-// as (pointer, device) with the caller's stream from the Python layer (dprec.hadamard);
+// as (pointer, device) with the caller's stream from the Python layer (dprec.transforms.hadamard);
 // this layer checks what Python cannot (the pointers' owner and alignment, sizes) and calls
 // the launchers of csrc/cuda/hadamard_launch.cu.
 #include <pybind11/pybind11.h>

@@ -1,6 +1,6 @@
 // SecAgg server-side kernels on the GPU: the modular sum of the clients' vectors and the
 // centered lift. Arrays arrive as (pointer, dtype) with the device and the caller's stream
-// from the Python layer (python/dprec/_backends/cuda.py); this layer checks bits against the
+// from the Python layer (python/dprec/_runtime/backends/cuda.py); this layer checks bits against the
 // storage dtypes, the sizes, and that every pointer is device memory of `device`, then calls
 // the launchers of csrc/cuda/modular_launch.h.
 #include <pybind11/pybind11.h>

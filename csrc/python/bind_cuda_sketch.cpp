@@ -1,5 +1,5 @@
 // Count-sketch kernels on the GPU. Arrays arrive as (pointer, dtype) with the device and
-// the caller's stream from the Python layer (python/dprec/sketch.py); this layer checks
+// the caller's stream from the Python layer (python/dprec/transforms/sketch.py); this layer checks
 // sizes, dtypes and that every pointer is device memory of `device`, then calls the
 // launchers of csrc/cuda/sketch_launch.h.
 #include <pybind11/pybind11.h>

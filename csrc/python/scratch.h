@@ -1,7 +1,7 @@
 // The caller framework's allocator as the launchers' scratch source (launch.h).
 //
 // The Python layer passes an object with allocate(device, stream, nbytes) -> int and
-// free(ptr) (dprec._frameworks picks PyTorch's or CuPy's caching allocator from the arrays of
+// free(ptr) (dprec._runtime.frameworks picks PyTorch's or CuPy's caching allocator from the arrays of
 // the call) or None for dprec's own pool. A launcher runs with the GIL released, so each
 // allocation takes the GIL back for the Python call.
 #pragma once

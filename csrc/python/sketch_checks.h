@@ -1,5 +1,5 @@
 // Size checks shared by the GPU count-sketch bindings (bind_cuda_sketch.cpp) and their host
-// emulation (bind_emulation_sketch.cpp): the caps of the CPU path (python/dprec/sketch.py).
+// emulation (bind_emulation_sketch.cpp): the caps of the CPU path (python/dprec/transforms/sketch.py).
 #pragma once
 
 #include <pybind11/pybind11.h>

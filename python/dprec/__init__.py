@@ -68,5 +68,5 @@ _compat.install()
 
 
 def __getattr__(name: str) -> Any:
-    # dprec.transforms.hadamard, dprec.transforms.sketch, dprec.rec.codec, ...: the module at its new path, with a DeprecationWarning.
+    # dprec.hadamard, dprec.sketch, dprec.codec, ... (old paths): the module at its new path, with a DeprecationWarning.
     return _compat.moved_attribute(name)

@@ -46,10 +46,10 @@ def _caller_stacklevel() -> int:
     return level
 
 
-def warn_moved(old: str) -> None:
+def warn_moved(old: str, category: type[Warning] = DeprecationWarning) -> None:
     warnings.warn(
         f"{old} moved to {MOVED[old]}: import it from there (the old path will be removed in a future release)",
-        DeprecationWarning,
+        category,
         stacklevel=_caller_stacklevel(),
     )
 
@@ -72,6 +72,13 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module = importlib.import_module(MOVED[spec.name])
         self._specs[module.__name__] = module.__spec__
         return module
+
+    def get_code(self, fullname: str) -> object:
+        # runpy (``python -m dprec.demo``) asks the loader for code: run the module at its new path. A
+        # FutureWarning, which Python shows by default: the person typing the command is the one to tell.
+        warn_moved(fullname, FutureWarning)
+        source = f"import runpy\nrunpy.run_module({MOVED[fullname]!r}, run_name='__main__', alter_sys=True)\n"
+        return compile(source, f"<{fullname}>", "exec")
 
     def exec_module(self, module: ModuleType) -> None:
         # The import system stamped the alias's spec on the real module: give it its own back.

@@ -785,10 +785,10 @@ class DPRECStrategy(Strategy):
     delta : float
         The delta at which epsilon is reported, in (0, 1).
     num_rounds : int, optional
-        The planned number of rounds, to check the bits before the first round
-        (``threat_model="central"``: REC's total-variation cost against ``delta``; nothing to
-        check against ``"server"``/``"messages"``); default: the ``num_rounds`` passed to
-        :meth:`start`.
+        The planned number of rounds of the accountant (with ``method="sound"``, the one Flower
+        uses, no bits are refused: against ``"central"`` the accountant falls back on the
+        ``"messages"`` bound where REC's total-variation cost cannot be paid); default: the
+        ``num_rounds`` passed to :meth:`start`.
     num_clients : int, optional
         The population size ``N`` for accounting; give it when the population is known.
         Default: the number of connected nodes when the first round is configured. Sampling
@@ -1039,8 +1039,8 @@ class DPRECStrategy(Strategy):
         """Run the strategy: Flower's ``Strategy.start``; ``num_rounds`` also plans the accounting.
 
         Parameters are those of ``flwr.serverapp.strategy.Strategy.start``. When the wrapper
-        was built without ``num_rounds``, this call's ``num_rounds`` is the planned total
-        that the accountant checks the bits against (``threat_model="central"``).
+        was built without ``num_rounds``, this call's ``num_rounds`` is the accountant's planned
+        total.
 
         Returns
         -------

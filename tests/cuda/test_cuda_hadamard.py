@@ -47,7 +47,7 @@ def _free_bytes() -> int:
 
 
 def test_single_vector_2_26_float32():
-    # A plain 1-D vector (no CuPy, no 2-D slicing): the SPEC's largest size, two passes
+    # A plain 1-D vector (no CuPy, no 2-D slicing): the largest size of the performance targets, two passes
     # with the opt-in buffers.
     host = _random(1 << 26, np.float32, 26)
     want = fwht(host.copy(), normalize=True, backend="cpu")

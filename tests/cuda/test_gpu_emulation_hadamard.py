@@ -127,7 +127,7 @@ def test_fwht_batches_of_short_rows(core, emu, rows):
         (np.float32, 23, 1, _OPT_IN),  # 14 + 9 (tile and strided buffers differ)
         (np.float32, 24, 1, _OPT_IN),  # 14 + 10
         (np.float32, 25, 1, _OPT_IN),  # 15 + 10 in 2^14
-        (np.float32, 26, 1, _OPT_IN),  # 15 + 11: the SPEC's largest n in two passes
+        (np.float32, 26, 1, _OPT_IN),  # 15 + 11: the largest n of the performance targets in two passes
         (np.float32, 27, 1, _OPT_IN),  # 15 + 12 (32-byte runs): the most two passes reach
         (np.float64, 21, 1, _OPT_IN),  # 12 + 9
         (np.float64, 22, 1, _OPT_IN),  # 13 + 9
@@ -198,7 +198,7 @@ def test_plans(emu, dtype):
                     assert middle >= 0 and q["rounds"] == -(-middle // s)
                     assert q["load_stages"] <= 2 and q["store_stages"] <= s - 2
                     assert q["blocks"] == -(-rows * (1 << log2n) // (1 << p))
-    # The SPEC sizes with the opt-in: two passes up to 2^27 (float32), the 2^26 one with
+    # The target sizes with the opt-in: two passes up to 2^27 (float32), the 2^26 one with
     # a 128 KiB tile of 15 stages then 11 stages over 64-byte column runs.
     if dtype == "float32":
         shape = [(q["buf_log2"], q["lo"], q["m"]) for q in emu.fwht_plan(1 << 26, 1, dtype, 15)]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import native as _native
 
 if TYPE_CHECKING:
-    from .arrays import Array
+    from .array_view import Array
     from .backends import Kernels
 
 BACKENDS = ("auto", "cpu", "cuda", "reference")

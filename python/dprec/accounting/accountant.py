@@ -18,17 +18,21 @@ the same sum of log-moment bounds); overheads add too (a union bound over the fa
 Then ``eps(delta) = conversion(orders, sum r, delta - sum overhead)`` and
 ``delta(eps) = conversion^-1(orders, sum r, eps) + sum overhead``.
 
-DP-REC steps (final paper, Theorem 1 and Algorithm 7) enter with ``r(a) = D_a(mix || p) +
-D_a(p || mix)`` (``k + m`` of Algorithm 7 at ``a = lambda + 1``; the reverse term exact or bounded
-by the forward one) and ``overhead_delta = 12 exp(c^2) / 2^b`` per step. Two consequences:
+DP-REC steps (:class:`DPRECEvent`) enter according to their ``method``:
 
-* Theorem 1 is a moments-accountant tail bound, ``delta <= exp(lambda (sum r - eps))``, which is
-  Mironov's conversion at order ``lambda + 1``; the tighter Balle et al. conversion rests on the
-  hypothesis-testing meaning of a true RDP guarantee, which the DP-REC bound is not shown to be.
-  An accountant holding DP-REC events therefore converts with ``method="mironov"`` (``"auto"``
-  chooses it) and refuses ``"balle"``.
-* Eq. (62) is a binomial expectation over integer orders; DP-REC events report ``inf`` at
-  fractional orders, so those orders drop out of the minimum once a DP-REC event is composed.
+* ``method="sound"`` (the default), in ``Accountant(threat_model=...)``: the per-step forward and
+  reverse curves of ``dprec_step_rdp``, converted like any RDP curve (Balle et al. allowed), both
+  tails at half the delta left. No unconditional overhead, except that a ``"central"`` accountant
+  pays REC's total-variation cost per step (``rec_total_variation_per_step``) as
+  ``(1 + e^eps) eta`` of delta and refuses (ValueError naming ``bits``) when ``2 eta >= delta``.
+* ``method="paper"``, only in ``Accountant(threat_model=None)`` (``inf`` with the caveat under a
+  threat model): Theorem 1 and Algorithm 7 as printed, ``r(a) = D_a(mix || p) + D_a(p || mix)``
+  with ``overhead_delta = 12 exp(c^2) / 2^b`` per step. Theorem 1 is a moments-accountant tail
+  bound (Mironov's conversion at order ``lambda + 1``), so these events force ``"mironov"``
+  (``"auto"`` chooses it) and refuse ``"balle"``.
+
+In both cases DP-REC curves are ``inf`` at fractional orders (eq. (62) is a binomial expectation
+over integer orders), so those orders drop out of the minimum once a DP-REC event is composed.
 """
 
 from __future__ import annotations

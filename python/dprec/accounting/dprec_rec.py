@@ -30,8 +30,9 @@ tables report) and ``method``: ``"sound"`` (the default, a guarantee under the t
 ``relation=None``, with a ``caveat``: it treats every slot that misses the target as a draw from
 the prior, which is not a guarantee against a message observer). With ``method="paper"`` and
 ``bits``, Theorem 1's overhead ``12 rho / 2^b`` is paid out of delta: a ``ValueError`` naming
-``bits`` when it reaches delta, and :class:`DPRECPrivacyWarning` above 10% of delta
-(:func:`dprec_min_bits` gives the bits that avoid it).
+``bits`` when it reaches delta, and :class:`DPRECPrivacyWarning` above 10% of delta (through
+the codec and the round accountant; ``dprec_epsilon`` itself does not warn;
+:func:`dprec_min_bits` gives the bits that avoid it).
 
 See the *Which guarantee do I have?* page of the documentation for the derivations, the
 assumptions (stateless clients, fresh unlinkable seeds, public aggregation weights for

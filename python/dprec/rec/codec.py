@@ -186,8 +186,10 @@ class DPRECCodec:
     ``relation="zero"`` unless told otherwise; ``method="paper"`` for Algorithm 7 as printed) for
     clients sampled with replacement, by Poisson sampling or without replacement, taking the bits
     and groups of one message from :meth:`layout`. Against ``"server"``/``"messages"`` REC's
-    messages are bounded directly (any bits); against ``"central"`` REC's total-variation cost
-    must stay below delta / 2 (else ValueError naming ``bits``); ``method="paper"`` applies the
+    messages are bounded directly (any bits); against ``"central"`` the better, per relation, of
+    the Gaussian curves plus REC's total-variation cost (only while twice that cost is below
+    delta) and the ``"messages"`` bound, which holds centrally by post-processing (any bits, no
+    error); ``method="paper"`` applies the
     bit-width rule ``12 rho / 2^b < delta`` (``rho = rounds * clients_per_round * exp(c^2)``,
     ``b`` the total bits; ValueError naming ``bits`` with the groups x bits of the message and the
     smallest bits per group, a :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta).
@@ -529,11 +531,11 @@ class DPRECCodec:
         ValueError
             For invalid parameters (named; ``threat_model``, ``relation`` and ``method`` with the
             valid choices; ``method="paper"`` with another sampling or a threat model); naming
-            ``bits`` when ``threat_model="central"`` and REC's total-variation cost reaches
-            delta / 2, or when ``method="paper"`` and its overhead ``12 rho / 2^b`` reaches delta
+            ``bits`` when ``method="paper"`` and its overhead ``12 rho / 2^b`` reaches delta
             (the message's groups x bits and the smallest bits per group that would do; it warns
             :class:`dprec.accounting.DPRECPrivacyWarning` above 10% of delta). The default
-            ``"server"`` (and ``"messages"``) bound REC's messages directly: no bits rule.
+            ``"server"`` (and ``"messages"``) bound REC's messages directly, and ``"central"``
+            falls back on that bound: no bits rule for ``method="sound"``.
         """
         from ..accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
@@ -602,9 +604,8 @@ class DPRECCodec:
         round had ``k`` clients); ``acc.epsilon`` is the guarantee so far, against
         ``acc.threat_model`` under ``acc.relation`` (``acc.accounting`` has both relations and the
         reasons). ``bits`` and ``groups`` come from the layout as in :meth:`epsilon`; with
-        ``rounds`` (the planned total) the bits are checked now (``"central"``: REC's
-        total-variation cost below delta / 2; ``method="paper"``: the bit-width rule), and again
-        at every step. For
+        ``rounds`` (the planned total) the bits are checked now when ``method="paper"`` (the
+        bit-width rule), and again at every step. For
         ``sampling="poisson"`` give either ``clients_per_round`` (the expected count, rate
         ``B / N``) or the rate itself as ``sampling_rate``. ``threat_model`` (default ``"server"``),
         ``relation`` (default ``"zero"``) and ``method`` (default ``"sound"``) are passed through

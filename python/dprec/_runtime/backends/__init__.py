@@ -21,7 +21,7 @@ import numpy.typing as npt
 from . import cpu, cuda, reference
 
 if TYPE_CHECKING:
-    from ..arrays import Array
+    from ..array_view import Array
 
 __all__ = ["Kernels", "BY_NAME"]
 

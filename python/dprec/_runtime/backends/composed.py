@@ -10,7 +10,7 @@ import numpy as np
 from ...reference.rec import gumbel_from_words
 
 if TYPE_CHECKING:
-    from ..arrays import Array
+    from ..array_view import Array
 
 
 class ComposedGroupSampling:

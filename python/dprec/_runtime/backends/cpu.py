@@ -13,7 +13,7 @@ from .. import native as _native
 from . import host
 
 if TYPE_CHECKING:
-    from ..arrays import Array
+    from ..array_view import Array
 
 
 def _core() -> Any:

@@ -12,7 +12,7 @@ from .. import native as _native
 from .composed import ComposedGroupSampling
 
 if TYPE_CHECKING:
-    from ..arrays import Array
+    from ..array_view import Array
 
 
 #: Why the client-side SecAgg operations refuse GPU arrays.

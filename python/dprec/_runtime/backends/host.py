@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..arrays import Array
+    from ..array_view import Array
 
 class HostKernels:
     """The operations of :class:`dprec._runtime.backends.Kernels` that the host backends share."""

@@ -19,7 +19,7 @@ from . import host
 from .composed import ComposedGroupSampling
 
 if TYPE_CHECKING:
-    from ..arrays import Array
+    from ..array_view import Array
 
 
 class ReferenceKernels(host.HostKernels, ComposedGroupSampling):
