@@ -192,3 +192,19 @@ def test_torch_reference_on_the_meta_device_is_refused():
         dpt.model_update(model, meta)
     with pytest.raises(ValueError, match="model.* is on the meta device"):
         dpt.model_update(torch.nn.Linear(4, 2).to("meta"), model)
+
+
+@pytest.mark.parametrize("what", ["sequence", "matrix", "total"])
+def test_secagg_payload_of_another_size_is_refused_by_its_shape(what):
+    # Before: aggregate summed any length (a 10^8-element message: 2.7 s, 380 MiB, accepted) and decode
+    # lifted the whole total before the rotation refused it.
+    pipe = dprec.secagg.DDGPipeline(1000, clip=10.0, bits=32, noise_stddev=1.0, num_clients=2, seed=4)
+    big = np.zeros(1 << 24, np.uint32)
+    call = {
+        "sequence": lambda: pipe.aggregate([big]),
+        "matrix": lambda: pipe.aggregate(big.reshape(1 << 12, 1 << 12)),
+        "total": lambda: pipe.decode(big),
+    }[what]
+    peak, err = _peak_bytes(call)
+    assert isinstance(err, ValueError) and "1024" in str(err), err
+    assert peak < 64 * 1024, peak

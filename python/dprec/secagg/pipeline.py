@@ -610,7 +610,20 @@ class DistributedPipeline:
 
     def aggregate(self, messages: Any, *, out: Any = None) -> Any:
         """The SecAgg simulator: the modular sum of the clients' messages (a (n, padded_dim) array or a
-        sequence of messages), on their device. Only this sum reaches the server."""
+        sequence of messages), on their device. Only this sum reaches the server.
+
+        Every message's shape is checked against ``padded_dim`` before anything is read or summed (a
+        ValueError naming it): a payload of another size costs nothing but its shape."""
+        m = self.padded_dim
+        if isinstance(messages, (list, tuple)):
+            for i, x in enumerate(messages):
+                shape = _arrays.read(x, f"messages[{i}]").shape
+                if shape != (m,):
+                    raise ValueError(f"messages[{i}] has shape {shape}, but this pipeline's messages have shape ({m},)")
+        else:
+            shape = _arrays.read(messages, "messages").shape
+            if len(shape) != 2 or shape[1] != m:
+                raise ValueError(f"messages has shape {shape}, but this pipeline takes shape (n, {m})")
         return modular.modular_sum(messages, self._bits, out=out)
 
     def decode(self, total: Any, *, num_clients: Optional[int] = None) -> Any:
@@ -626,6 +639,9 @@ class DistributedPipeline:
             needs the sum decoded by the fixed share count, see the class's ``num_clients``).
         """
         n = self._n if num_clients is None else check_int(num_clients, "num_clients", 1, 1 << 40)
+        shape = _arrays.read(total, "total").shape
+        if shape != (self.padded_dim,):  # before the lift allocates anything of the total's size
+            raise ValueError(f"total has shape {shape}, but this pipeline's sums have shape ({self.padded_dim},)")
         if self._sampling_rate < 1.0 and n != self._n:
             raise ValueError(
                 f"num_clients={n}: with sampling_rate={self._sampling_rate} the sum is decoded by the pipeline's "
