@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import math
 import reprlib
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -88,9 +89,9 @@ __all__ = [
     "CONFIG_MAX_GROUP_SIZE",
     "CONFIG_SIGMA",
     "DEFAULT_MAX_CANDIDATES",
+    "DEFAULT_CANDIDATES_PER_PARAMETER",
     "DEFAULT_MAX_CANDIDATE_ELEMENTS",
-    "DEFAULT_MAX_CANDIDATES_PER_PARAMETER",
-    "DEFAULT_MAX_WEIGHT",
+    "DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER",
     "DEFAULT_MIN_BITS",
     "DPRECRound",
     "DPRECStrategy",
@@ -127,20 +128,21 @@ STRATEGY_SAMPLING = ("without_replacement", "poisson")
 #: codec's default. REC's bound against the server takes the smallest group's ``K = 2^bits``
 #: candidates and grows as it shrinks (1 bit about doubles epsilon at ``c = 1``).
 DEFAULT_MIN_BITS = DEFAULT_BITS
-#: Default cap on the candidates of one encode, the sum over groups of ``2^bits``: the encode holds
-#: 16 bytes per candidate (1 GiB here), and a group has at least 2 of them, so it also bounds the
-#: groups. ``max_group_size=1, bits=24`` on 650 parameters would need 10.9e9 (an 81 GiB array).
+#: Default cap on the candidates of one encode, the sum over groups of ``2^bits``: the larger of this
+#: and :data:`DEFAULT_CANDIDATES_PER_PARAMETER` per parameter of the model. The encode holds 16 bytes
+#: per candidate (1 GiB at 2^26), and a group has at least 2 of them, so it also bounds the groups.
+#: ``max_group_size=1, bits=24`` on 650 parameters would need 10.9e9 (an 81 GiB array).
 DEFAULT_MAX_CANDIDATES = 2**26
+#: Candidates per parameter the default cap allows on a large model: 4 (64 bytes of encode memory per
+#: parameter), e.g. ``max_group_size >= 32`` at 7 bits.
+DEFAULT_CANDIDATES_PER_PARAMETER = 4
 #: Default cap on the candidate-elements of one encode, the sum over groups of ``2^bits x`` the
 #: group's size: the larger of :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` and this many per parameter of
 #: the model, so that the encode's arithmetic may grow with the model the client trains anyway (7 bits
 #: use 2^7 per parameter). ``bits=24`` on 650 parameters would be 10.9e9 (30 s).
-DEFAULT_MAX_CANDIDATES_PER_PARAMETER = 2**12
+DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER = 2**10
 #: The floor of that cap: 2^32 candidate-elements take about 7 s on a 2-core machine.
 DEFAULT_MAX_CANDIDATE_ELEMENTS = 2**32
-#: ``DPRECStrategy(max_weight=...)`` default: the largest weight (``weighted_by_key``, and the wrapped
-#: strategy's metric weighting key, Flower's ``"num-examples"``) a reply may claim.
-DEFAULT_MAX_WEIGHT = 1e6
 #: Why :class:`DPRECStrategy` drops a reply: the suffixes of the ``"dprec-dropped.<reason>"`` metrics.
 DROP_REASONS = (
     "unsolicited",  # not from the node of one of this round's train messages, in reply to it
@@ -340,10 +342,9 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
        :func:`codec_config`, put there by :class:`DPRECStrategy`), keeps the incoming global
        ``ArrayRecord``, and checks both before the client trains: the parameters' types and
        ranges, ``bits`` naming only floating-point arrays of the global model, finite non-empty
-       global arrays, and an encode within :data:`DEFAULT_MAX_CANDIDATES` candidates and
-       :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` candidate-elements or
-       :data:`DEFAULT_MAX_CANDIDATES_PER_PARAMETER` per parameter, the larger (:func:`make_dprec_mod` sets
-       other limits, and privacy caps);
+       global arrays, and an encode within the default caps on candidates and candidate-elements,
+       which grow with the model (see :func:`make_dprec_mod`, which sets other limits, and privacy
+       caps);
     2. runs the rest of the app (``call_next``);
     3. computes the update ``reply - global`` of the floating-point arrays, encodes it with
        a fresh seed and private randomness from the OS entropy source, and replaces the
@@ -389,18 +390,18 @@ class _Limits:
 
     max_clip_multiplier: float | None
     min_bits: int
-    max_candidates: int
-    max_candidate_elements: int | None  # None: DEFAULT_MAX_CANDIDATES_PER_PARAMETER per parameter
+    max_candidates: int | None  # None: the larger of DEFAULT_MAX_CANDIDATES and per parameter
+    max_candidate_elements: int | None  # None: DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER per parameter
 
 
-_DEFAULT_LIMITS = _Limits(None, MIN_BITS, DEFAULT_MAX_CANDIDATES, None)
+_DEFAULT_LIMITS = _Limits(None, MIN_BITS, None, None)
 
 
 def make_dprec_mod(
     *,
     max_clip_multiplier: float | None = None,
     min_bits: int = DEFAULT_MIN_BITS,
-    max_candidates: int = DEFAULT_MAX_CANDIDATES,
+    max_candidates: int | None = None,
     max_candidate_elements: int | None = None,
 ) -> Callable[[Message, Context, Callable], Message]:
     """:func:`dprec_mod` with client-side caps on the privacy and the work the server may ask for.
@@ -421,14 +422,15 @@ def make_dprec_mod(
     min_bits : int
         The fewest bits per group this client accepts, in [1, 24] (the smallest group's bits,
         which the accounting takes); default :data:`DEFAULT_MIN_BITS` (7, the codec's default).
-    max_candidates : int
+    max_candidates : int, optional
         The most candidates one encode may hold, the sum over groups of ``2^bits`` (16 bytes of
-        memory each), ``>= 2``; default :data:`DEFAULT_MAX_CANDIDATES`.
+        memory each), ``>= 2``; default: the larger of :data:`DEFAULT_MAX_CANDIDATES` (2^26) and
+        :data:`DEFAULT_CANDIDATES_PER_PARAMETER` (4) times the parameters of the model.
     max_candidate_elements : int, optional
         The most candidate-elements one encode may compute, the sum over groups of
         ``2^bits x`` the group's size, ``>= 2``; default: the larger of
-        :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` (2^32) and :data:`DEFAULT_MAX_CANDIDATES_PER_PARAMETER`
-        (2^12) times the parameters of the model.
+        :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` (2^32) and :data:`DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER`
+        (2^10) times the parameters of the model.
 
     Returns
     -------
@@ -439,7 +441,7 @@ def make_dprec_mod(
     limits = _Limits(
         max_clip_multiplier=cap,
         min_bits=check_int(min_bits, "min_bits", MIN_BITS, MAX_BITS),
-        max_candidates=check_int(max_candidates, "max_candidates", 2, 2**63 - 1),
+        max_candidates=None if max_candidates is None else check_int(max_candidates, "max_candidates", 2, 2**63 - 1),
         max_candidate_elements=None
         if max_candidate_elements is None
         else check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
@@ -487,14 +489,17 @@ def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Li
             f"the server asks for bits={fewest[0]} (tensor {_short(fewest[1])}), fewer bits per group than this "
             f"client's min_bits={limits.min_bits}; not training (fewer candidates per group spend more privacy)"
         )
-    if candidates > limits.max_candidates:
+    max_candidates = limits.max_candidates
+    if max_candidates is None:
+        max_candidates = max(DEFAULT_MAX_CANDIDATES, DEFAULT_CANDIDATES_PER_PARAMETER * parameters)
+    if candidates > max_candidates:
         raise _Refusal(
             f"the server's bits and max_group_size make one encode hold {candidates} candidates (2^bits for each "
-            f"of {groups} groups), above this client's max_candidates={limits.max_candidates}; not training"
+            f"of {groups} groups), above this client's max_candidates={max_candidates}; not training"
         )
     max_elements = limits.max_candidate_elements
     if max_elements is None:
-        max_elements = max(DEFAULT_MAX_CANDIDATE_ELEMENTS, DEFAULT_MAX_CANDIDATES_PER_PARAMETER * parameters)
+        max_elements = max(DEFAULT_MAX_CANDIDATE_ELEMENTS, DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER * parameters)
     if elements > max_elements:
         raise _Refusal(
             f"the server's bits make one encode compute {elements} candidate-elements (2^bits x group size, "
@@ -824,14 +829,15 @@ class DPRECStrategy(Strategy):
         weights, so the reported epsilon does not cover weights that depend on the data.
         The weights are divided by the largest before they are summed (float64, ``math.fsum``),
         so no claim overflows them.
-    max_weight : float
-        The largest weight a reply may claim, ``> 0``; default :data:`DEFAULT_MAX_WEIGHT` (a
-        million). With ``weighted_by_key`` a reply above it is dropped (``"above-max-weight"``);
-        the train metrics of a reply whose metric weight (the wrapped strategy's
-        ``weighted_by_key``, Flower's ``"num-examples"``) is above it are left out of the metric
-        aggregation. A client claiming exactly ``max_weight`` still gets
-        ``max_weight / (max_weight + the others' weights)`` of the mean: set it near the
-        largest honest value.
+    max_weight : float, optional
+        The largest weight a reply may claim, ``> 0``; default: no cap (honest clients' sizes
+        vary too widely for one default). With ``weighted_by_key`` a reply above it is dropped
+        (``"above-max-weight"``); the train metrics of a reply whose metric weight (the wrapped
+        strategy's ``weighted_by_key``, Flower's ``"num-examples"``) is above it are left out of
+        the metric aggregation (without a cap: above ``float max / replies``, which would overflow
+        the wrapped strategy's sum). A client claiming exactly ``max_weight`` still gets
+        ``max_weight / (max_weight + the others' weights)`` of the mean: set it near the largest
+        honest value.
     keep_messages : bool
         Keep every aggregated message's bytes in :attr:`history` (for audits and tests).
 
@@ -849,7 +855,7 @@ class DPRECStrategy(Strategy):
         Created when the first round is configured.
     guarantee : dprec.accounting.PrivacyGuarantee or None
         The guarantee so far (None before the first accounted round).
-    max_weight : float
+    max_weight : float or None
         As given.
     history : list of DPRECRound
         One entry per configured training round.
@@ -865,7 +871,7 @@ class DPRECStrategy(Strategy):
         num_clients: int | None = None,
         reverse: str = "bound",
         weighted_by_key: str | None = None,
-        max_weight: float = DEFAULT_MAX_WEIGHT,
+        max_weight: float | None = None,
         keep_messages: bool = False,
         sampling: str = "without_replacement",
         sampling_rate: float | None = None,
@@ -895,7 +901,8 @@ class DPRECStrategy(Strategy):
             raise ValueError(f"reverse must be 'bound' or 'exact', got {reverse!r}")
         if weighted_by_key is not None and not isinstance(weighted_by_key, str):
             raise TypeError(f"weighted_by_key must be a str or None, got {type(weighted_by_key).__name__}")
-        max_weight = check_positive(max_weight, "max_weight")
+        if max_weight is not None:
+            max_weight = check_positive(max_weight, "max_weight")
         if not isinstance(keep_messages, bool):
             raise TypeError(f"keep_messages must be a bool, got {type(keep_messages).__name__}")
         if not isinstance(sampling, str) or sampling not in STRATEGY_SAMPLING:
@@ -1021,7 +1028,8 @@ class DPRECStrategy(Strategy):
         how = (
             "uniform mean"
             if self.weighted_by_key is None
-            else f"weighted by {self.weighted_by_key!r} (at most {self.max_weight:g} per reply)"
+            else f"weighted by {self.weighted_by_key!r}"
+            + ("" if self.max_weight is None else f" (at most {self.max_weight:g} per reply)")
         )
         log(INFO, "\t│\t└── Aggregation: %s", how)
         self.strategy.summary()
@@ -1278,10 +1286,12 @@ class DPRECStrategy(Strategy):
         if fn is None:
             return None
         key = getattr(self.strategy, "weighted_by_key", "num-examples")
+        # Without a cap, one above float max / n is what would overflow the wrapped strategy's sum.
+        limit = self.max_weight if self.max_weight is not None else sys.float_info.max / max(1, len(replies))
         usable = []
         for reply in replies:
             try:
-                problem = _metrics_problem(reply, key, self.max_weight)
+                problem = _metrics_problem(reply, key, limit)
             except Exception as exc:  # noqa: BLE001 - an odd record: its metrics only are left out
                 problem = _describe(exc)
             if problem is not None:
@@ -1350,6 +1360,11 @@ class DPRECStrategy(Strategy):
                 node, src = None, f"? ({_describe(exc)})"
             else:
                 src = reply.metadata.src_node_id
+                if not reply.has_error() and int(src) in nodes:
+                    # A sampled node's reply reached the server, whatever is dropped below (a copy, a
+                    # wrong id, bytes that do not parse): it may carry the node's data, so the round
+                    # is accounted.
+                    stats.accounted = True
             if node is None:
                 drop(src, "unsolicited", "not a reply from the node of one of this round's train messages")
             elif reply.has_error():
@@ -1370,8 +1385,6 @@ class DPRECStrategy(Strategy):
         for node, reply in single:
             try:
                 name, record, msg = _read_reply(reply, layout)
-                # The server has seen a DP-REC message, kept or not: the round is accounted.
-                stats.accounted = True
                 parsed.append((node, reply, msg, wire_nbytes(record, name)))
             except Exception as exc:  # noqa: BLE001 - bad bytes, wrong layout, MemoryError, ...
                 drop(node, "bad-message", _describe(exc))
@@ -1393,7 +1406,7 @@ class DPRECStrategy(Strategy):
                 except Exception as exc:  # noqa: BLE001 - a missing, non-finite or negative weight
                     drop(node, "bad-weight", _describe(exc))
                     continue
-                if weight > self.max_weight:
+                if self.max_weight is not None and weight > self.max_weight:
                     what = f"{self.weighted_by_key!r} = {weight:g} > max_weight = {self.max_weight:g}"
                     drop(node, "above-max-weight", what)
                     continue
@@ -1423,6 +1436,7 @@ class DPRECStrategy(Strategy):
                 weights = w / math.fsum(w.tolist())
         if not msgs:
             return self._no_update(stats)
+        accounting = self._account(stats)  # before aggregating: the server holds the messages now
         mean = self.codec.aggregate(msgs, template, weights=weights)
         new = ArrayRecord()
         for key, arr in self.current_arrays.items():
@@ -1431,7 +1445,6 @@ class DPRECStrategy(Strategy):
                 new[key] = Array(np.asarray(g + mean[key], dtype=g.dtype))
             else:
                 new[key] = arr
-        accounting = self._account(stats)
         stats.num_aggregated = len(msgs)
         self._record_privacy(stats, accounting)
         stats.message_bytes = tuple(m.nbytes for m in msgs)
@@ -1490,6 +1503,8 @@ class DPRECStrategy(Strategy):
         """
         if not stats.accounted:
             self._record_privacy(stats, None if self.accountant is None else self.accountant.accounting)
+            if stats.num_sampled and (stats.num_rejected or stats.num_failed):
+                return None, self._drop_metrics(stats, MetricRecord())  # no update, but say what was dropped
             return None, None
         self._record_privacy(stats, self._account(stats))
         log(

@@ -38,7 +38,6 @@ from dprec.flower import (  # noqa: E402
     CONFIG_CLIP_MULTIPLIER,
     CONFIG_MAX_GROUP_SIZE,
     CONFIG_SIGMA,
-    DEFAULT_MAX_WEIGHT,
     DEFAULT_MIN_BITS,
     MESSAGE_KEY,
     RECORD_KEY,
@@ -429,7 +428,8 @@ def test_strategy_skips_bad_replies_and_returns_none_without_messages():
 
     messages = list(strategy.configure_train(2, new, ConfigRecord(), grid))
     errors = [Message(Error(code=0, reason="x"), reply_to=m) for m in messages]
-    assert strategy.aggregate_train(2, errors) == (None, None)
+    new, metrics = strategy.aggregate_train(2, errors)
+    assert new is None and dict(metrics) == {"dprec-failed": 3, "dprec-dropped": 0}  # the failures, reported
     assert strategy.accountant.rounds == 1, "nothing was released, nothing is accounted"
     with pytest.raises(ValueError, match="not configured"):
         strategy.aggregate_train(7, [])
@@ -967,17 +967,17 @@ def test_weighted_aggregation_does_not_overflow():
 
 
 def test_weights_above_max_weight_are_dropped():
-    # Issue 33: one client reporting 1e300 took almost all the weight. Above max_weight (default 1e6) a reply
-    # is dropped and counted; the others keep their relative weights.
-    strategy, messages, replies = uniform_round(3, weighted_by_key="num-examples")
-    assert strategy.max_weight == DEFAULT_MAX_WEIGHT == 1e6
+    # Issue 33: one client reporting 1e300 took almost all the weight. Above max_weight (no cap by default) a
+    # reply is dropped and counted; the others keep their relative weights.
+    assert uniform_round(1)[0].max_weight is None
+    strategy, messages, replies = uniform_round(3, weighted_by_key="num-examples", max_weight=1e6)
     for r, n in zip(replies, (1e300, 20, 30)):
         r.content["metrics"]["num-examples"] = n
     new, metrics = strategy.aggregate_train(1, replies)
     assert metrics["dprec-clients"] == 2 and metrics["dprec-dropped.above-max-weight"] == 1
     assert_mean_of(strategy, new, [blob_of(replies[1]), blob_of(replies[2])], weights=np.array([0.4, 0.6]))
-    # Two at 1e308 with the default cap: both dropped, the round accounted and reported.
-    strategy, messages, replies = uniform_round(2, weighted_by_key="num-examples")
+    # Two at 1e308 under a cap: both dropped, the round accounted and reported.
+    strategy, messages, replies = uniform_round(2, weighted_by_key="num-examples", max_weight=1e6)
     for r in replies:
         r.content["metrics"]["num-examples"] = 1e308
     new, metrics = strategy.aggregate_train(1, replies)
@@ -993,7 +993,7 @@ def test_one_reply_without_num_examples_drops_only_its_metrics():
     strategy, messages, replies = uniform_round(4)
     del replies[0].content["metrics"]["num-examples"]
     replies[1].content["metrics"]["train-loss"] = float("nan")
-    replies[2].content["metrics"]["num-examples"] = 1e308  # above max_weight: would overflow FedAvg's sum
+    replies[2].content["metrics"]["num-examples"] = 1e308  # above float max / 4: would overflow FedAvg's sum
     with FlowerLog() as flog:
         new, metrics = strategy.aggregate_train(1, replies)
     assert metrics["dprec-clients"] == 4 and metrics["dprec-metrics-dropped"] == 3
@@ -1373,3 +1373,44 @@ def test_flower_simulation_drops_a_replayed_message():
         mean = make_codec().aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
         for k in template:
             np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
+
+
+@pytest.mark.parametrize("case", ["copy", "bad-crc", "wrong-id"])
+def test_a_dropped_reply_of_a_sampled_node_is_still_accounted(case):
+    # Review of issue 33: a sampled node's reply that is dropped before its message is parsed (a second copy,
+    # bytes that do not parse, an id that answers no message of this round) still reached the server with
+    # the node's data: the round must be accounted and its drops reported.
+    strategy, messages, replies = uniform_round(1)
+    if case == "copy":
+        replies = [replies[0], answer(messages)[0]]
+    elif case == "bad-crc":
+        record = replies[0].content["dprec"]
+        blob = bytearray(record["dprec.message"])
+        blob[-1] ^= 1
+        record["dprec.message"] = bytes(blob)
+    else:
+        replies = [forged(replies[0], reply_to=uuid.uuid4().hex)]
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is None and strategy.history[0].accounted and strategy.accountant.rounds == 1
+    assert metrics["dprec-dropped"] >= 1 and metrics["dprec-epsilon"] < float("inf")
+
+
+def test_a_round_with_only_error_replies_is_not_accounted_but_reports_its_failures():
+    strategy, messages, replies = uniform_round(2)
+    replies = [Message(Error(code=0, reason="refused"), reply_to=m) for m in messages]
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is None and not strategy.history[0].accounted and strategy.accountant.rounds == 0
+    assert metrics["dprec-failed"] == 2
+
+
+def test_default_encode_caps_grow_with_the_model():
+    # Review of issue 33: a fixed 2^26-candidate cap refused the documented setup (max_group_size=64, 7 bits)
+    # on models above 33.5 million parameters. The caps now grow with the model: 2 candidates per parameter
+    # there, within 4 per parameter.
+    from dprec.flower import _DEFAULT_LIMITS, _check_codec
+
+    codec = DPRECCodec(sigma=SIGMA, bits=7, max_group_size=64)
+    template = {"w": np.empty(40_000_000, np.float32)}
+    _check_codec(codec, template, _DEFAULT_LIMITS)  # does not raise
+    with pytest.raises(Exception, match="max_candidates"):
+        _check_codec(DPRECCodec(sigma=SIGMA, bits=7, max_group_size=16), template, _DEFAULT_LIMITS)

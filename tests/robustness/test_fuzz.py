@@ -542,24 +542,52 @@ def _crafted_qmgeo(draw: Any) -> bytes:
     return bytes(_fix_crc(bytearray(header + payload + b"\0\0\0\0")))
 
 
+def _matching_dprec(draw: Any, layout: Any) -> bytes:
+    """A message with the layout's length, group count, digest and bits field, and a random seed, payload
+    and padding (CRC fixed or not): what passes the layout checks and reaches the index unpacking."""
+    import struct
+
+    uniform = len(set(layout.bits)) == 1
+    bits_field = bytes(layout.bits[:1]) if uniform else bytes(layout.bits)
+    payload = draw(st.binary(min_size=(layout.total_bits + 7) // 8, max_size=(layout.total_bits + 7) // 8))
+    header = struct.pack("<4sBBHQ8sI", b"DPRC", 1, 1, 1 if uniform else 0, draw(st.integers(0, 2**64 - 1)),
+                         layout.digest, layout.num_groups)
+    b = bytearray(header + bits_field + payload + b"\0\0\0\0")
+    return bytes(_fix_crc(b) if draw(st.integers(0, 4)) else b)
+
+
+def _matching_qmgeo(draw: Any, layout: Any) -> bytes:
+    import struct
+
+    nbytes = layout.message_nbytes - 32 - 4
+    header = struct.pack("<4sBBHI8sQ", b"QMGO", 1, layout.index_bits, 0, layout.levels, layout.digest,
+                         layout.num_elements)
+    b = bytearray(header + draw(st.binary(min_size=nbytes, max_size=nbytes)) + b"\0\0\0\0")
+    return bytes(_fix_crc(b) if draw(st.integers(0, 4)) else b)
+
+
 def fuzz_crafted_messages(data: Any) -> None:
     """Crafted messages with valid CRC and self-consistent headers: refused (or accepted) by the
-    parser and by the server's codec, against its layout, without crashing."""
+    parser and by the server's codec, against its layout, without crashing. A share of them match
+    the layout in everything but the payload (random indices and padding), so that the layout-aware
+    path is passed and the unpacking and decoding are reached."""
     from dprec import DPRECMessage, QMGeoCodec, QMGeoMessage
 
     codec, template, _ = _codec_setup()
     layout = codec.layout(template)
-    blob = _crafted_dprec(data.draw)
+    blob = _matching_dprec(data.draw, layout) if data.draw(st.booleans()) else _crafted_dprec(data.draw)
     _call("DPRECMessage.from_bytes(layout)", DPRECMessage.from_bytes, blob, layout)
     if len(blob) < 1 << 16:  # without a layout the parse is O(groups): keep the large ones to the above
         _check_parsed(blob)
     _call("codec.decode", codec.decode, blob, template)
     _call("codec.aggregate", codec.aggregate, [blob, blob], template)
-    qcodec = QMGeoCodec(w_max=1.0, levels=4, p=0.5)
-    qblob = _crafted_qmgeo(data.draw)
+    qcodec = QMGeoCodec(w_max=1.0, levels=3, p=0.5)  # 2-bit indices, of which 3 is not a level
+    qlayout = qcodec.layout(template)
+    qblob = _matching_qmgeo(data.draw, qlayout) if data.draw(st.booleans()) else _crafted_qmgeo(data.draw)
     _call("QMGeoMessage.from_bytes", QMGeoMessage.from_bytes, qblob)
     _call("QMGeoMessage.from_bytes(layout)", QMGeoMessage.from_bytes, qblob, qcodec.layout(template))
     _call("QMGeoCodec.decode", qcodec.decode, qblob, template)
+    _call("QMGeoCodec.aggregate", qcodec.aggregate, [qblob, qblob], template)
 
 
 TARGETS = {f.__name__[len("fuzz_"):]: f for f in [

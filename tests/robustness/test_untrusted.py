@@ -130,6 +130,7 @@ def _in_subprocess(code: str) -> subprocess.CompletedProcess:
     "dprec.QMGeoCodec(w_max=1e-321, levels=65536, p=0.5)",
     "dprec.qmgeo.dequantize(np.arange(3), 1e-310, 65536)",
     "dprec.qmgeo.quantize(np.ones(4), 1e308, 8, 0.5)",
+    "dprec.qmgeo.quantize(np.array([1.0]), 2.0**1023, 8, 0.5)",  # the second review: 2 w_max = inf, SIGSEGV
 ])
 def test_qmgeo_w_max_whose_spacing_is_not_a_normal_float_is_refused(call):
     # Before: the native kernel crashed (SIGSEGV) and the reference raised IndexError.
@@ -154,12 +155,23 @@ def test_qmgeo_smallest_w_max_still_works():
 
 
 @pytest.mark.parametrize("pipeline", ["DDGPipeline", "SkellamPipeline"])
-@pytest.mark.parametrize("kw", [dict(clip=1.0, noise_stddev=1e154), dict(clip=1e308, noise_stddev=1.0)])
-def test_secagg_pipeline_scale_underflow_is_a_value_error(pipeline, kw):
-    # Before: ZeroDivisionError.
+@pytest.mark.parametrize("kw", [
+    dict(clip=1.0, noise_stddev=1e154), dict(clip=1e308, noise_stddev=1.0),  # the review's: ZeroDivisionError
+    dict(clip=1e200, noise_stddev=1.0),  # OverflowError of float ** (found by the second review)
+    dict(clip=1e-200, noise_stddev=1e-200),  # the scale overflows: ZeroDivisionError
+])
+def test_secagg_pipeline_scale_out_of_range_is_a_value_error(pipeline, kw):
     cls = getattr(dprec.secagg, pipeline)
-    with pytest.raises(ValueError, match="too large for bits"):
+    with pytest.raises(ValueError, match="out of range for bits"):
         cls(100, bits=32, num_clients=10, seed=3, **kw)
+
+
+@pytest.mark.parametrize("pipeline", ["DDGPipeline", "SkellamPipeline"])
+def test_secagg_pipeline_integer_noise_that_underflows_is_refused_up_front(pipeline):
+    # Before: Skellam failed only at encode time, with a message about its sampler's mu.
+    cls = getattr(dprec.secagg, pipeline)
+    with pytest.raises(ValueError, match="noise_stddev = 1e-300 is too small"):
+        cls(100, clip=1.0, bits=32, num_clients=10, seed=3, noise_stddev=1e-300)
 
 
 @pytest.mark.parametrize("rounds", [1e308, 10**308, 2**53 + 1])

@@ -315,12 +315,12 @@ def check_w_max(w_max: Any, levels: int, name: str = "w_max") -> float:
     """``w_max`` as a float whose level spacing ``2 w_max / (levels - 1)`` is a normal float64.
 
     Below that (``w_max`` under about ``1.1e-308 * (levels - 1)``) the spacing underflows to a
-    subnormal or to 0 and no level index can be computed exactly; above ``2**1023`` the range
-    ``2 w_max`` overflows. Either is a ValueError naming ``name``.
+    subnormal or to 0 and no level index can be computed exactly; above ``2**1022`` the range
+    ``2 w_max`` overflows (at ``2**1023``) or comes within one ulp of it. Either is a ValueError naming ``name``.
     """
     w = check_positive(w_max, name)
     if not w <= _MAX_W_MAX:
-        raise ValueError(f"{name} must be at most 2**1023 (2 {name} must be finite), got {w_max!r}")
+        raise ValueError(f"{name} must be at most 2**1022 (so that 2 {name} is finite), got {w_max!r}")
     step = 2.0 * w / (levels - 1)
     if not step >= _TINY:
         raise ValueError(
@@ -331,4 +331,4 @@ def check_w_max(w_max: Any, levels: int, name: str = "w_max") -> float:
 
 
 _TINY = float(np.finfo(np.float64).tiny)
-_MAX_W_MAX = 2.0**1023
+_MAX_W_MAX = 2.0**1022

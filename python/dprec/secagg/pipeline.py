@@ -55,6 +55,7 @@ __all__ = ["DistributedPipeline", "DDGPipeline", "SkellamPipeline", "MAX_INTEGER
 #: buys nothing: the rounding error is already below ``2**-48`` of the noise variance, so wide
 #: moduli leave head-room instead of scaling further.
 MAX_INTEGER_NOISE_STDDEV = float(2**24)
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 def _check_real(value: Any, name: str, upper: float = math.inf) -> float:
@@ -231,6 +232,12 @@ class DistributedPipeline:
         else:
             self._sigma = check_positive(noise_stddev, "noise_stddev")
             self._gamma = 1.0 / self._scale_for(self._sigma)
+        v = self.integer_noise_stddev
+        if not v * v >= _TINY:  # the samplers take the variance: it must be a normal float64
+            raise ValueError(
+                f"noise_stddev = {self._sigma!r} is too small for clip = {self._clip!r}: each client's integer "
+                f"noise standard deviation ({v!r}) squared underflows float64"
+            )
 
     # ---- parameters ----------------------------------------------------------------------
 
@@ -245,14 +252,17 @@ class DistributedPipeline:
                 f"around M = 2**{self._bits} (at {self._k:.2f} standard deviations); use bits >= {need}"
             )
         c = self._sensitive_clip
-        per_unit = (n * c) ** 2 / p + n * sigma * sigma
-        s = min(math.sqrt(budget / per_unit), MAX_INTEGER_NOISE_STDDEV / sigma)
-        if not (s > 0.0 and math.isfinite(1.0 / s)):
+        per_unit = (n * c) * (n * c) / p + n * sigma * sigma  # products, not **: they overflow to inf, not raise
+        if not (0.0 < per_unit < math.inf):
+            s = 0.0 if per_unit == math.inf else math.inf
+        else:
+            s = min(math.sqrt(budget / per_unit), MAX_INTEGER_NOISE_STDDEV / sigma)
+        if not (s > 0.0 and math.isfinite(s) and math.isfinite(1.0 / s)):
             # (n c)^2 or n sigma^2 overflows float64, or the scale underflows: no integer grid exists.
             raise ValueError(
-                f"clip = {self._clip!r} and noise_stddev = {sigma!r} are too large for bits = {self._bits} and "
-                f"num_clients = {self._n}: the scale onto the integers underflows (scale the update down, e.g. "
-                "measure it in other units)"
+                f"clip = {self._clip!r} and noise_stddev = {sigma!r} are out of range for bits = {self._bits} and "
+                f"num_clients = {self._n}: the scale onto the integers under- or overflows (measure the update in "
+                "other units)"
             )
         return s
 
