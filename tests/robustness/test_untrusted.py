@@ -220,3 +220,16 @@ def test_secagg_payload_of_another_size_is_refused_by_its_shape(what):
     peak, err = _peak_bytes(call)
     assert isinstance(err, ValueError) and "1024" in str(err), err
     assert peak < 64 * 1024, peak
+
+
+def test_dprec_accounting_extreme_clip_multipliers_and_message_counts():
+    # Found by the second review: a tiny c failed on a rounding artefact (a divergence of -9e-16), a huge one
+    # gave "rdp must not contain NaN" without naming it, and rounds * clients_per_round beyond 2**53 a TypeError.
+    from dprec.accounting import dprec_epsilon
+
+    base = dict(clip_multiplier=1.0, bits=7, rounds=10, num_clients=100, clients_per_round=10, delta=1e-5)
+    assert 0.0 <= dprec_epsilon(**{**base, "clip_multiplier": 1e-10}).epsilon < 0.1
+    with pytest.raises(ValueError, match="clip_multiplier must be at most 1e\\+100"):
+        dprec_epsilon(**{**base, "clip_multiplier": 1e200})
+    with pytest.raises(ValueError, match="rounds \\* clients_per_round must be <= 2\\*\\*53"):
+        dprec_epsilon(**{**base, "rounds": 2**52, "clients_per_round": 2**20, "num_clients": 2**40})

@@ -52,6 +52,7 @@ from scipy.optimize import brentq
 from scipy.special import gammaln, logsumexp
 
 from ._checks import (
+    MAX_COUNT,
     check_bits,
     check_count,
     check_delta,
@@ -62,6 +63,17 @@ from ._checks import (
 )
 from .guarantee import RELATIONS, THREAT_MODELS, LocalGuarantee, PrivacyGuarantee, check_relation, check_threat_model
 from .rdp import epsilon_per_order, rdp_to_delta, sampled_gaussian_rdp
+
+#: Largest clip multiplier the DP-REC accountants take: ``c^2`` times the largest order's square must
+#: stay finite in float64 (at ``c = 1e100`` epsilon is astronomically large anyway).
+MAX_CLIP_MULTIPLIER = 1e100
+
+
+def _check_clip_multiplier(value: Any) -> float:
+    c = check_positive(value, "clip_multiplier")
+    if c > MAX_CLIP_MULTIPLIER:
+        raise ValueError(f"clip_multiplier must be at most {MAX_CLIP_MULTIPLIER:g} (c^2 overflows), got {value!r}")
+    return c
 
 __all__ = [
     "DPREC_DEFAULT_ORDERS",
@@ -145,7 +157,7 @@ def dprec_forward_rdp(clip_multiplier: float, sampling_rate: float, orders: Any 
     orders : sequence of int, optional
         Integer Renyi orders ``a = lambda + 1 >= 2``; default :data:`DPREC_DEFAULT_ORDERS`.
     """
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     q = check_probability(sampling_rate, "sampling_rate")
     alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
     return sampled_gaussian_rdp(q, 1.0 / c, alphas)
@@ -191,7 +203,7 @@ def dprec_reverse_rdp(
     (``reverse="bound"`` has no such limit); orders are processed in chunks so memory stays
     bounded (a few tens of MB).
     """
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     q = check_probability(sampling_rate, "sampling_rate")
     alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders, integer=True)
     reverse = _check_reverse(reverse)
@@ -239,7 +251,7 @@ def dprec_overhead(steps: int, clip_multiplier: float, bits: int) -> float:
     (Agapiou et al. 2017). This amount of delta is spent whatever epsilon is.
     """
     steps = check_count(steps, "steps")
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     b = check_bits(bits)
     # log-space: exp(c^2) overflows for c > 26.6 and 2^b for b > 1023.
     log_overhead = math.log(12.0) + math.log(steps) + c * c - b * math.log(2.0)
@@ -402,7 +414,7 @@ def dprec_min_bits(
         (``max_group_size``) are needed.
     """
     m = check_count(messages, "messages")
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     delta = check_delta(delta)
     g = check_count(groups, "groups")
     f = check_positive(fraction, "fraction")
@@ -686,7 +698,7 @@ def rec_message_log_moments(
     provably exceeds that at orders above ``2 + 2 log(K) / c^2`` (see
     ``tests/accounting/test_rec_messages.py``).
     """
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     alphas = check_orders(orders, integer=True)
     k = 1 if candidates is None else check_count(candidates, "candidates")
     k = min(k, _REC_MOMENT_MAX_CANDIDATES)
@@ -889,7 +901,7 @@ def dprec_step_rdp(
         (:func:`rec_message_log_moments`; the curves do not depend on the number of bits); for
         ``"central"`` the Gaussian curves (REC's cost there is a total-variation term in delta).
     """
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     q = check_probability(sampling_rate, "sampling_rate")
     alphas = _orders(orders)
     tm = check_threat_model(threat_model)
@@ -946,7 +958,7 @@ def rec_total_variation(messages: int, clip_multiplier: float, bits: int, groups
     ``groups = bits``: the largest cost any split can have).
     """
     m = check_count(messages, "messages")
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     b = check_bits(bits)
     g = b if groups is None else check_count(groups, "groups")
     if g > b:
@@ -1205,6 +1217,8 @@ def _central_inputs(
     t = check_count(rounds, "rounds")
     b = check_count(clients_per_round, "clients_per_round")
     n = check_count(num_clients, "num_clients")
+    if t * b > MAX_COUNT:  # the messages of the run, used in float64
+        raise ValueError(f"rounds * clients_per_round must be <= 2**53 (the messages of the run), got {t} * {b}")
     sampling = _check_sampling(sampling)
     _check_clients(b, n, sampling)
     return t, b, n, sampling, _check_reverse_for(reverse, sampling)
@@ -1308,7 +1322,7 @@ def dprec_epsilon(
     """
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     method, tm, rel = _resolve(method, threat_model, relation, sampling)
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     delta = check_delta(delta)
     if bits is not None:
         bits = check_bits(bits)
@@ -1423,7 +1437,7 @@ def dprec_local_epsilon(
     """
     method, tm, rel = _resolve_local(method, threat_model, relation)
     steps = check_count(rounds, "rounds")
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     delta = check_delta(delta)
     if bits is not None:
         bits = check_bits(bits)
@@ -1482,7 +1496,7 @@ def dprec_delta(
     """
     t, b, n, sampling, reverse = _central_inputs(rounds, clients_per_round, num_clients, sampling, reverse)
     method, tm, rel = _resolve(method, threat_model, relation, sampling)
-    c = check_positive(clip_multiplier, "clip_multiplier")
+    c = _check_clip_multiplier(clip_multiplier)
     eps = check_epsilon(epsilon)
     if bits is not None:
         bits = check_bits(bits)
@@ -1721,7 +1735,7 @@ class DPRECRoundAccountant:
         relation: Optional[str] = None,
         method: str = "sound",
     ) -> None:
-        self._c = check_positive(clip_multiplier, "clip_multiplier")
+        self._c = _check_clip_multiplier(clip_multiplier)
         self._bits = None if bits is None else check_bits(bits)
         self._n = check_count(num_clients, "num_clients")
         self._delta = check_delta(delta)

@@ -334,9 +334,15 @@ def _check_curve(orders: Any, rdp: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"rdp must have one value per order: got {values.shape} values for {alphas.shape} orders")
     if np.any(np.isnan(values)):
         raise ValueError("rdp must not contain NaN")
-    if np.any(values < 0.0):
+    if np.any(values < -_ROUNDING):
         raise ValueError(f"rdp must be >= 0 (a Renyi divergence), got minimum {values.min()!r}")
-    return alphas, values
+    # A divergence of 0 computed as a difference may come out a few ulps below it (e.g. a clip
+    # multiplier of 1e-10): taken as 0, which only raises the curve.
+    return alphas, np.maximum(values, 0.0)
+
+
+#: How far below 0 a computed divergence may come out by rounding alone.
+_ROUNDING = 1e-12
 
 
 def _check_method(method: str) -> str:
