@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import math
 import reprlib
+import secrets
 import sys
 import time
 from collections import Counter
@@ -88,6 +89,7 @@ __all__ = [
     "CONFIG_CLIP_MULTIPLIER",
     "CONFIG_MAX_GROUP_SIZE",
     "CONFIG_SIGMA",
+    "CONFIG_SLOT",
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_CANDIDATES_PER_PARAMETER",
     "DEFAULT_MAX_CANDIDATE_ELEMENTS",
@@ -115,6 +117,9 @@ CONFIG_CLIP_MULTIPLIER = "dprec.clip-multiplier"
 CONFIG_BITS = "dprec.bits"
 #: ConfigRecord key (server to client): max group size (int); absent means ``None``.
 CONFIG_MAX_GROUP_SIZE = "dprec.max-group-size"
+#: ConfigRecord key (server to client), ``sampling="with_replacement"`` only: the message's slot in the
+#: round (int, 0 to B - 1), so that the train messages of a node drawn several times differ.
+CONFIG_SLOT = "dprec.slot"
 #: Name of the reply's ConfigRecord that carries the message (client to server).
 RECORD_KEY = "dprec"
 #: Key of the message bytes in that ConfigRecord.
@@ -122,7 +127,7 @@ MESSAGE_KEY = "dprec.message"
 #: Key of the client's local diagnostics (a MetricRecord) in ``context.state``.
 STATE_KEY = "dprec"
 #: Values of ``DPRECStrategy(sampling=...)``.
-STRATEGY_SAMPLING = ("without_replacement", "poisson")
+STRATEGY_SAMPLING = ("without_replacement", "poisson", "with_replacement")
 
 #: ``make_dprec_mod(min_bits=...)`` default: the fewest bits per group a capped client accepts, the
 #: codec's default. REC's bound against the server takes the smallest group's ``K = 2^bits``
@@ -146,7 +151,7 @@ DEFAULT_MAX_CANDIDATE_ELEMENTS = 2**32
 #: Why :class:`DPRECStrategy` drops a reply: the suffixes of the ``"dprec-dropped.<reason>"`` metrics.
 DROP_REASONS = (
     "unsolicited",  # not from the node of one of this round's train messages, in reply to it
-    "duplicate-reply",  # a node that replied more than once this round (all its replies)
+    "duplicate-reply",  # a train message answered more than once this round (all its replies)
     "bad-message",  # no DP-REC message, or bytes that are not one for this model and codec (any failure)
     "duplicate-seed",  # a seed in several of this round's replies (all of them)
     "replayed-seed",  # a seed already received in an earlier round
@@ -674,6 +679,11 @@ class DPRECRound:
         Relation -> why there is no bound, for the infinite entries only.
     conversion : str
         How the composed curves became (epsilon, delta).
+    local : dprec.accounting.LocalGuarantee or None
+        The local guarantee after this round (what one client's own messages reveal, against the
+        server, relation ``"zero"``, no sampling amplification): ``per_message``, and
+        ``epsilon_max`` at ``delta_max`` over at most ``max_participations`` messages. None before
+        the first accounted round.
     message_bytes : tuple of int
         Length of each aggregated client's DP-REC message.
     wire_bytes : tuple of int
@@ -700,6 +710,7 @@ class DPRECRound:
     epsilons: dict = field(default_factory=dict)
     reasons: dict = field(default_factory=dict)
     conversion: str = ""
+    local: Any = None
     message_bytes: tuple[int, ...] = ()
     wire_bytes: tuple[int, ...] = ()
     float32_wire_bytes: int = 0
@@ -876,6 +887,7 @@ class DPRECStrategy(Strategy):
         sampling: str = "without_replacement",
         sampling_rate: float | None = None,
         rng: np.random.Generator | None = None,
+        clients_per_round: int | None = None,
         threat_model: str | None = None,
         relation: str | None = None,
         method: str = "sound",
@@ -920,7 +932,30 @@ class DPRECStrategy(Strategy):
             if sampling_rate is not None:
                 raise ValueError("sampling_rate is only used with sampling='poisson'")
             if rng is not None:
-                raise ValueError("rng is only used with sampling='poisson' (the wrapped strategy samples otherwise)")
+                raise ValueError(
+                    "rng is only used with sampling='poisson' (sampling='with_replacement' draws its slots from "
+                    "secrets.SystemRandom; otherwise the wrapped strategy samples)"
+                )
+        if sampling == "with_replacement":
+            if clients_per_round is None:
+                raise ValueError(
+                    "clients_per_round is required for sampling='with_replacement' (B, the slots drawn each round)"
+                )
+            if isinstance(clients_per_round, bool) or not isinstance(clients_per_round, (int, np.integer)):
+                raise TypeError(f"clients_per_round must be an int, got {type(clients_per_round).__name__}")
+            if not 1 <= clients_per_round <= 2**53:
+                raise ValueError(f"clients_per_round must be in [1, 2**53], got {clients_per_round!r}")
+            if method == "paper":
+                raise ValueError(
+                    "method='paper' (Algorithm 7) is not a guarantee under a threat model; DPRECStrategy logs "
+                    "and reports guarantees: use method='sound' with sampling='with_replacement' (or "
+                    "dprec.accounting.dprec_epsilon(method='paper') to reproduce the paper's numbers)"
+                )
+        elif clients_per_round is not None:
+            raise ValueError(
+                "clients_per_round is only used with sampling='with_replacement' (FedAvg's fraction_train and "
+                "min_train_nodes size a sample without replacement; sampling_rate a Poisson one)"
+            )
         from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         # ValueError naming threat_model / relation / method (with the valid choices) now, not after a round.
@@ -936,6 +971,9 @@ class DPRECStrategy(Strategy):
         self.keep_messages = keep_messages
         self.sampling = sampling
         self.sampling_rate = None if sampling_rate is None else float(sampling_rate)
+        self.clients_per_round = None if clients_per_round is None else int(clients_per_round)
+        # The with-replacement slots: always the OS entropy source (no seed to know or to leak).
+        self._slot_rng = secrets.SystemRandom() if sampling == "with_replacement" else None
         # Private randomness for the node selection: OS entropy unless a test passes its own generator.
         self._rng = (np.random.default_rng() if rng is None else rng) if sampling == "poisson" else None
         self.current_arrays: ArrayRecord = ArrayRecord()
@@ -965,7 +1003,11 @@ class DPRECStrategy(Strategy):
             )
 
     def __repr__(self) -> str:
-        how = "" if self.sampling != "poisson" else f", sampling='poisson', sampling_rate={self.sampling_rate!r}"
+        how = ""
+        if self.sampling == "poisson":
+            how = f", sampling='poisson', sampling_rate={self.sampling_rate!r}"
+        elif self.sampling == "with_replacement":
+            how = f", sampling='with_replacement', clients_per_round={self.clients_per_round!r}"
         return (
             f"DPRECStrategy({self.strategy!r}, {self.codec!r}, delta={self.delta!r}{how}, "
             f"threat_model={self.threat_model!r}, relation={self.relation!r})"
@@ -974,6 +1016,8 @@ class DPRECStrategy(Strategy):
     def _sampling_text(self) -> str:
         if self.sampling == "poisson":
             return f"Poisson sampling at rate {self.sampling_rate:g}"
+        if self.sampling == "with_replacement":
+            return f"sampling with replacement, {self.clients_per_round} slots per round"
         return "sampling without replacement"
 
     @property
@@ -1002,6 +1046,7 @@ class DPRECStrategy(Strategy):
         stats.epsilon, stats.delta = float(accounting.epsilon), float(accounting.delta)
         stats.epsilons = {k: float(v) for k, v in accounting.epsilons.items()}
         stats.reasons = dict(accounting.reasons)
+        stats.local = getattr(accounting, "local", None)
         # "rdp-balle, both tails: max over directions at ..." -> "rdp-balle, both tails"
         stats.conversion = str(getattr(accounting, "conversion", "") or "").split(":")[0]
 
@@ -1009,9 +1054,23 @@ class DPRECStrategy(Strategy):
         """``epsilon = 3.2000 at delta = 1e-05 (threat model ..., relation ..., ...)``, or inf with the reason."""
         where = self._privacy_text(stats.conversion)
         if math.isfinite(stats.epsilon):
-            return f"epsilon = {stats.epsilon:.4f} at delta = {stats.delta:g} ({where})"
-        reason = stats.reasons.get(stats.relation, "no bound is proved")
-        return f"epsilon = inf at delta = {stats.delta:g} ({where}): no guarantee, {reason}"
+            text = f"epsilon = {stats.epsilon:.4f} at delta = {stats.delta:g} ({where})"
+        else:
+            reason = stats.reasons.get(stats.relation, "no bound is proved")
+            text = f"epsilon = inf at delta = {stats.delta:g} ({where}): no guarantee, {reason}"
+        return text
+
+    @staticmethod
+    def _local_text(stats: DPRECRound) -> str:
+        """``; local epsilon = 1.6890 per message, 5.0700 at delta 1.1e-05 over at most 3 messages (...)``, or ""."""
+        local = stats.local
+        if local is None:
+            return ""
+        return (
+            f"; local epsilon = {local.per_message:.4f} per message, {local.epsilon_max:.4f} at delta "
+            f"{local.delta_max:g} over at most {local.max_participations} messages (against the server, relation "
+            f"'zero', no amplification)"
+        )
 
     def _privacy_metrics(self, stats: DPRECRound, metrics: MetricRecord) -> MetricRecord:
         metrics["dprec-epsilon"] = stats.epsilon
@@ -1091,7 +1150,7 @@ class DPRECStrategy(Strategy):
             raise ValueError("arrays has no floating-point arrays for DP-REC to update")
         layout = self.codec.layout(template)  # checks the codec against the model before anything is sent
         config = ConfigRecord(dict(config.items()))
-        for key in _CONFIG_KEYS:
+        for key in (*_CONFIG_KEYS, CONFIG_SLOT):
             config.pop(key, None)
         config.update(codec_config(self.codec))
         if self.sampling == "poisson":
@@ -1101,17 +1160,23 @@ class DPRECStrategy(Strategy):
                 self.accountant = self._new_accountant(template, num_available, 0)
             chosen = self.select_nodes(nodes)
             messages = self._messages_for(chosen, server_round, arrays, config, grid)
+        elif self.sampling == "with_replacement":
+            nodes = self._wait_for_nodes(grid, at_least=1)  # every slot is sent: at least one node
+            num_available = len(set(nodes))
+            if self.accountant is None:  # before anything is sent
+                self.accountant = self._new_accountant(template, num_available, int(self.clients_per_round))
+            messages = self._slot_messages(self.select_nodes(nodes), server_round, arrays, config, grid)
         else:
             messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
             num_available = len(list(grid.get_node_ids()))
         dst = [m.metadata.dst_node_id for m in messages]
-        if len(set(dst)) != len(dst):
+        if self.sampling != "with_replacement" and len(set(dst)) != len(dst):
             raise ValueError(
                 "the wrapped strategy sent several train messages to one node; DP-REC accounting needs "
                 "distinct nodes (sampling without replacement)"
             )
         num_sampled = len(messages)
-        if self.sampling != "poisson":
+        if self.sampling == "without_replacement":
             self._check_sample_size(server_round, num_sampled, num_available)  # before any message is returned
         if num_sampled and self.accountant is None:
             self.accountant = self._new_accountant(template, num_available, num_sampled)
@@ -1141,10 +1206,11 @@ class DPRECStrategy(Strategy):
         self.history.append(stats)
         log(
             INFO,
-            "DP-REC: round %d samples %d of %d nodes (%s); %d groups, %d bits, %d-byte messages",
+            "DP-REC: round %d samples %d of %d nodes%s (%s); %d groups, %d bits, %d-byte messages",
             server_round,
             num_sampled,
             num_available,
+            f" ({len(set(dst))} distinct)" if self.sampling == "with_replacement" else "",
             self._sampling_text(),
             layout.num_groups,
             layout.total_bits,
@@ -1178,7 +1244,11 @@ class DPRECStrategy(Strategy):
         )
 
     def select_nodes(self, node_ids: Iterable[int]) -> list[int]:
-        """Poisson sampling: each of ``node_ids`` independently with probability ``sampling_rate``.
+        """The wrapper's sampling: Poisson, or ``clients_per_round`` slots with replacement.
+
+        ``sampling="poisson"``: each of ``node_ids`` independently with probability
+        ``sampling_rate``. ``sampling="with_replacement"``: ``clients_per_round`` slots, each a
+        node drawn uniformly from ``node_ids`` (a node may be drawn several times).
 
         Parameters
         ----------
@@ -1188,19 +1258,26 @@ class DPRECStrategy(Strategy):
         Returns
         -------
         list of int
-            The selected nodes, in increasing order (possibly none). The draws come from the
-            strategy's generator (OS entropy unless ``rng`` was given), one per node in
-            increasing order of node id.
+            Poisson: the selected nodes, in increasing order (possibly none); the draws come from
+            the strategy's generator (OS entropy unless ``rng`` was given), one per node in
+            increasing order of node id. With replacement: the ``B`` slots' nodes in the order
+            drawn, from ``secrets.SystemRandom`` (OS entropy).
         """
-        if self.sampling != "poisson":
-            raise ValueError("select_nodes is for sampling='poisson'; otherwise the wrapped strategy samples")
         nodes = sorted({int(n) for n in node_ids})
+        if self.sampling == "with_replacement":
+            if not nodes:
+                raise ValueError("sampling='with_replacement' draws its slots from at least one node; none given")
+            return [self._slot_rng.choice(nodes) for _ in range(int(self.clients_per_round))]
+        if self.sampling != "poisson":
+            raise ValueError(
+                "select_nodes is for sampling='poisson' or 'with_replacement'; otherwise the wrapped strategy samples"
+            )
         draws = self._rng.random(len(nodes))
         return [n for n, u in zip(nodes, draws) if u < self.sampling_rate]
 
-    def _wait_for_nodes(self, grid: Grid) -> list[int]:
-        """The connected nodes, once the wrapped strategy's ``min_available_nodes`` are connected."""
-        need = int(getattr(self.strategy, "min_available_nodes", 0) or 0)
+    def _wait_for_nodes(self, grid: Grid, at_least: int = 0) -> list[int]:
+        """The connected nodes, once the wrapped strategy's ``min_available_nodes`` (and ``at_least``) are connected."""
+        need = max(int(getattr(self.strategy, "min_available_nodes", 0) or 0), at_least)
         while len(nodes := list(grid.get_node_ids())) < need:
             log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(nodes), need)
             time.sleep(1)
@@ -1227,10 +1304,38 @@ class DPRECStrategy(Strategy):
         dst = sorted(m.metadata.dst_node_id for m in messages)
         if dst != chosen:
             raise ValueError(
-                f"sampling='poisson': {type(strategy).__name__}.configure_train sent train messages to nodes {dst}, "
+                f"sampling={self.sampling!r}: {type(strategy).__name__}.configure_train sent train messages to nodes {dst}, "
                 f"not to exactly the {len(chosen)} selected ones {chosen}; wrap FedAvg or a FedAvg-like strategy"
             )
         return messages
+
+    def _slot_messages(
+        self, slots: list[int], server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """One train message per slot (drawn with replacement): the wrapped strategy's message for the slot's node,
+        its ConfigRecord (the one with the codec's parameters) extended by :data:`CONFIG_SLOT`.
+
+        A node drawn ``k`` times gets ``k`` messages that differ in their slot, so that each is a message of its own
+        (a Grid that derives message ids from the content gives them distinct ids); the arrays are shared.
+        """
+        chosen = sorted(set(slots))
+        base = {int(m.metadata.dst_node_id): m for m in self._messages_for(chosen, server_round, arrays, config, grid)}
+        out = []
+        for slot, node in enumerate(slots):
+            template = base[node]
+            found = _find_config(template.content, CONFIG_SIGMA)
+            content = RecordDict()
+            for name, record in template.content.items():
+                if found is not None and name == found[0]:
+                    record = ConfigRecord(dict(record.items()))
+                    record[CONFIG_SLOT] = slot
+                content[name] = record
+            meta = template.metadata
+            out.append(
+                Message(content, dst_node_id=node, message_type=meta.message_type, ttl=meta.ttl,
+                        group_id=meta.group_id or None)
+            )
+        return out
 
     def _new_accountant(self, template: Mapping[str, np.ndarray], num_available: int, num_sampled: int) -> Any:
         n = self.num_clients if self.num_clients is not None else num_available
@@ -1256,7 +1361,7 @@ class DPRECStrategy(Strategy):
             num_clients=n,
             clients_per_round=num_sampled,
             delta=self.delta,
-            sampling="without_replacement",
+            sampling=self.sampling,  # "without_replacement" or "with_replacement" (B slots per round)
             rounds=self.num_rounds,
             reverse=self.reverse,
             threat_model=self.threat_model,
@@ -1349,10 +1454,14 @@ class DPRECStrategy(Strategy):
             stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
             log(WARNING, "DP-REC round %d: dropped the reply of node %s (%s): %s", server_round, node, reason, detail)
 
-        # 1. Origin: one reply per sampled node, in reply to this round's train message.
+        # 1. Origin: one reply per train message of this round, from its node (one per sampled node, except
+        # with replacement, where a node drawn k times has k messages).
         ids = {m.message_id: int(m.dst_node_id) for m in sent if m.message_id}
-        nodes = {int(m.dst_node_id) for m in sent}
-        by_node: dict[int, list[Message]] = {}
+        sent_to = Counter(int(m.dst_node_id) for m in sent)
+        nodes = set(sent_to)
+        # Replies are grouped by the message they answer (where the grid set message ids; else by node, a node
+        # answering at most as many times as it was sent messages).
+        by_key: dict[Any, list[Message]] = {}
         for reply in replies:
             try:
                 node = _sender(reply, ids, nodes)
@@ -1371,14 +1480,23 @@ class DPRECStrategy(Strategy):
                 stats.num_failed += 1
                 log(INFO, "DP-REC: error reply from node %d: %s", node, _clip_text(str(reply.error.reason), 200))
             else:
-                by_node.setdefault(node, []).append(reply)
+                key = reply.metadata.reply_to_message_id if ids else node
+                by_key.setdefault(key, []).append(reply)
         single: list[tuple[int, Message]] = []
-        for node, node_replies in by_node.items():
-            if len(node_replies) > 1:
-                for _ in node_replies:
-                    drop(node, "duplicate-reply", f"node {node} replied {len(node_replies)} times this round")
+        for key, key_replies in by_key.items():
+            node = int(key_replies[0].metadata.src_node_id)
+            allowed = 1 if ids else sent_to[node]
+            if len(key_replies) > allowed:
+                if self.sampling != "with_replacement":
+                    what = f"node {node} replied {len(key_replies)} times this round"
+                elif ids:
+                    what = f"node {node} answered its train message {_short(key)} {len(key_replies)} times"
+                else:
+                    what = f"node {node} replied {len(key_replies)} times to {allowed} train messages this round"
+                for _ in key_replies:
+                    drop(node, "duplicate-reply", what)
             else:
-                single.append((node, node_replies[0]))
+                single.extend((node, reply) for reply in key_replies)
 
         # 2. The DP-REC message of each (any failure drops that reply only).
         parsed: list[tuple[int, Message, DPRECMessage, int]] = []
@@ -1455,16 +1573,18 @@ class DPRECStrategy(Strategy):
         per_client = _mean_int(stats.wire_bytes)
         log(
             INFO,
-            "DP-REC round %d: %s after %d rounds (%d of %d clients); "
-            "%s bytes per client on the wire vs %d as float32 (%.0fx less)",
+            "DP-REC round %d: %s after %d rounds (%d %s %d clients); "
+            "%s bytes per client on the wire vs %d as float32 (%.0fx less)%s",
             server_round,
             self._epsilon_text(stats),
             self.accountant.rounds,
             stats.num_sampled,
+            "slots over" if self.sampling == "with_replacement" else "of",
             self.accountant.num_clients,
             per_client,
             stats.float32_wire_bytes,
             stats.float32_wire_bytes / per_client,
+            self._local_text(stats),
         )
         metrics = self._aggregate_metrics([reply for _, reply, _, _ in kept], stats)
         metrics = MetricRecord() if metrics is None else metrics
@@ -1510,13 +1630,14 @@ class DPRECStrategy(Strategy):
         log(
             INFO,
             "DP-REC round %d: no update (%d nodes selected, %d messages aggregated, %d replies dropped); global "
-            "arrays unchanged, %s after %d rounds",
+            "arrays unchanged, %s after %d rounds%s",
             stats.server_round,
             stats.num_sampled,
             stats.num_aggregated,
             stats.num_rejected,
             self._epsilon_text(stats),
             self.accountant.rounds,
+            self._local_text(stats),
         )
         metrics = self._privacy_metrics(stats, MetricRecord())
         metrics["dprec-clients"] = 0
