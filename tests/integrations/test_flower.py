@@ -38,6 +38,7 @@ from dprec.flower import (  # noqa: E402
     CONFIG_CLIP_MULTIPLIER,
     CONFIG_MAX_GROUP_SIZE,
     CONFIG_SIGMA,
+    CONFIG_SLOT,
     DEFAULT_MIN_BITS,
     MESSAGE_KEY,
     RECORD_KEY,
@@ -1414,3 +1415,182 @@ def test_default_encode_caps_grow_with_the_model():
     _check_codec(codec, template, _DEFAULT_LIMITS)  # does not raise
     with pytest.raises(Exception, match="max_candidates"):
         _check_codec(DPRECCodec(sigma=SIGMA, bits=7, max_group_size=16), template, _DEFAULT_LIMITS)
+
+
+# --------------------------------------------------------------------------------------
+# The paper's sampling (issue 34): B slots drawn with replacement by the wrapper
+# --------------------------------------------------------------------------------------
+
+
+def wr_strategy(b, **kwargs) -> DPRECStrategy:
+    return DPRECStrategy(
+        FedAvg(min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA, sampling="with_replacement",
+        clients_per_round=b, keep_messages=True, **kwargs,
+    )
+
+
+def wr_reference(template, *, num_clients, clients_per_round, threat_model=None, rounds=None):
+    return make_codec().accountant(
+        template, num_clients=num_clients, clients_per_round=clients_per_round, delta=DELTA,
+        sampling="with_replacement", threat_model=threat_model, rounds=rounds,
+    )
+
+
+def test_with_replacement_rounds_by_hand():
+    # B = 5 slots over N = 2 nodes: some node is drawn at least 3 times; every slot gets its own message
+    # and every reply is aggregated. The accountant composes 5 slots a round, as codec.accountant does.
+    codec = make_codec()
+    strategy = wr_strategy(5, num_rounds=3)
+    grid = StaticGrid(2)
+    arrays = initial_arrays()
+    template = float_arrays(arrays)
+    reference = wr_reference(template, num_clients=2, clients_per_round=5, rounds=3)
+    for r in range(1, 4):
+        with FlowerLog() as flog:
+            messages = push(list(strategy.configure_train(r, arrays, ConfigRecord({"lr": 0.1}), grid)))
+        assert len(messages) == 5 and len({m.metadata.message_id for m in messages}) == 5
+        dst = [m.metadata.dst_node_id for m in messages]
+        assert set(dst) <= set(grid.nodes) and max(dst.count(n) for n in set(dst)) >= 3
+        for slot, m in enumerate(messages):
+            cfg = m.content["config"]
+            assert m.metadata.message_type == MessageType.TRAIN and m.content["arrays"] is arrays
+            assert {k: cfg[k] for k in codec_config(codec)} == codec_config(codec)
+            assert (cfg[CONFIG_SLOT], cfg["lr"], cfg["server-round"]) == (slot, 0.1, r)
+        assert f"({len(set(dst))} distinct)" in flog.matching(f"round {r} samples 5 of 2 nodes")[0]
+        replies = answer(messages)
+        assert len({DPRECMessage.from_bytes(blob_of(x)).seed for x in replies}) == 5, "a fresh seed per encode"
+        with FlowerLog() as flog:
+            new, metrics = strategy.aggregate_train(r, replies)
+        stats = strategy.history[r - 1]
+        assert (stats.num_sampled, stats.num_available, stats.num_aggregated, stats.num_rejected) == (5, 2, 5, 0)
+        assert_mean_of(strategy, new, [blob_of(x) for x in replies], r=r)
+        expected = reference.step()
+        assert metrics["dprec-epsilon"] == stats.epsilon == strategy.epsilon == expected.epsilon > 0
+        assert metrics["dprec-epsilon.server.zero"] == expected.epsilons["zero"]
+        assert metrics["dprec-clients"] == 5 and metrics["dprec-dropped"] == 0
+        assert stats.local == expected.local and stats.local.per_message > 0
+        line = flog.matching(f"DP-REC round {r}:")[0]
+        assert f"epsilon = {expected.epsilon:.4f}" in line
+        assert "threat model 'server', relation 'zero', sampling with replacement, 5 slots per round" in line
+        assert f"local epsilon = {expected.local.per_message:.4f} per message" in line
+        assert f"{expected.local.epsilon_max:.4f} at delta {expected.local.delta_max:g}" in line
+        arrays, template = new, float_arrays(new)
+    acc = strategy.accountant
+    assert (acc.sampling, acc.num_clients, acc.clients_per_round, acc.rounds, acc.messages) == (
+        "with_replacement", 2, 5, 3, 15)
+
+
+@pytest.mark.parametrize("threat_model", ["server", "messages", "central"])
+def test_with_replacement_accounts_each_threat_model(threat_model):
+    strategy = wr_strategy(3, threat_model=threat_model, num_clients=4)
+    grid = StaticGrid(4)
+    template = float_arrays(initial_arrays())
+    reference = wr_reference(template, num_clients=4, clients_per_round=3, threat_model=threat_model)
+    arrays = initial_arrays()
+    for r in (1, 2):
+        messages = push(list(strategy.configure_train(r, arrays, ConfigRecord(), grid)))
+        arrays, metrics = strategy.aggregate_train(r, answer(messages))
+        expected = reference.step()
+        assert metrics["dprec-epsilon"] == expected.epsilon < float("inf")
+        assert metrics[f"dprec-epsilon.{threat_model}.zero"] == expected.epsilons["zero"]
+        assert metrics[f"dprec-epsilon.{threat_model}.add_remove"] == expected.epsilons["add_remove"]
+    assert strategy.accountant.threat_model == threat_model
+
+
+def test_with_replacement_one_reply_per_message():
+    # Node drawn 3 times (B = 3, N = 1): its 3 replies are aggregated; a fourth reply to one of its messages
+    # drops both replies to that message; a reply to no message of the round is unsolicited.
+    strategy = wr_strategy(3)
+    messages = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(1))))
+    assert [m.metadata.dst_node_id for m in messages] == [101] * 3
+    replies = answer(messages)
+    extra = answer([messages[1]])[0]
+    stray = forged(answer([messages[0]])[0], reply_to="an-id-of-round-0")
+    with FlowerLog() as flog:
+        new, metrics = strategy.aggregate_train(1, replies + [extra, stray])
+    stats = strategy.history[0]
+    assert stats.num_aggregated == 2 and stats.dropped == {"duplicate-reply": 2, "unsolicited": 1}
+    assert metrics["dprec-clients"] == 2 and metrics["dprec-dropped"] == 3
+    assert_mean_of(strategy, new, [blob_of(replies[0]), blob_of(replies[2])])
+    assert len(flog.matching("answered its train message")) == 2
+    assert stats.accounted and strategy.accountant.rounds == 1
+
+    # Without message ids (driven by hand): a node may reply as many times as it was sent messages, no more.
+    strategy = wr_strategy(3)
+    messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(1)))
+    new, metrics = strategy.aggregate_train(1, answer(messages))
+    assert metrics["dprec-clients"] == 3
+    strategy = wr_strategy(3)
+    messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(1)))
+    new, metrics = strategy.aggregate_train(1, answer(messages + messages[:1]))
+    assert new is None and metrics["dprec-dropped.duplicate-reply"] == 4 and metrics["dprec-clients"] == 0
+    # A replayed copy of one slot's reply as another slot's: the duplicated seed drops both.
+    strategy = wr_strategy(2)
+    messages = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(1))))
+    replies = answer(messages)
+    with_blob(replies[1], blob_of(replies[0]))
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert new is None and metrics["dprec-dropped.duplicate-seed"] == 2
+
+
+def test_with_replacement_draws_from_os_entropy():
+    strategy = wr_strategy(4000)
+    assert isinstance(strategy._slot_rng, __import__("secrets").SystemRandom)
+    slots = strategy.select_nodes([3, 1, 2, 3])
+    assert len(slots) == 4000 and set(slots) == {1, 2, 3}
+    counts = np.bincount(slots)[1:]
+    assert np.all(np.abs(counts - 4000 / 3) < 5 * np.sqrt(4000 * (1 / 3) * (2 / 3)))
+    assert "clients_per_round=4000" in repr(strategy) and "sampling='with_replacement'" in repr(strategy)
+
+
+def test_with_replacement_arguments():
+    codec = make_codec()
+    with pytest.raises(ValueError, match="clients_per_round is required for sampling='with_replacement'"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement")
+    for bad in (0, -3, 2**53 + 1):
+        with pytest.raises(ValueError, match="clients_per_round"):
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=bad)
+    for bad in (2.0, "3", True):
+        with pytest.raises(TypeError, match="clients_per_round"):
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=bad)
+    for kwargs in (dict(), dict(sampling="poisson", sampling_rate=0.5)):
+        with pytest.raises(ValueError, match="clients_per_round is only used with sampling='with_replacement'"):
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, clients_per_round=3, **kwargs)
+    with pytest.raises(ValueError, match="sampling_rate"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=3,
+                      sampling_rate=0.5)
+    with pytest.raises(ValueError, match="rng"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=3,
+                      rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="method='paper'"):
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=3,
+                      method="paper")
+    # B may exceed N with replacement (no refusal, unlike sampling without replacement).
+    strategy = wr_strategy(7)
+    assert len(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3)))) == 7
+
+
+def test_flower_simulation_with_replacement():
+    # B = 7 slots over the 5 nodes: some node is drawn twice and trains and encodes twice, fresh seeds.
+    codec = make_codec()
+    result, strategy, globals_ = run_dprec_simulation(
+        lambda: RecordingStrategy(
+            FedAvg(fraction_evaluate=0.4, min_available_nodes=NUM_NODES), codec, delta=DELTA, keep_messages=True,
+            sampling="with_replacement", clients_per_round=7,
+        )
+    )
+    template = float_arrays(initial_arrays())
+    reference = wr_reference(template, num_clients=NUM_NODES, clients_per_round=7)
+    for r in range(1, NUM_ROUNDS + 1):
+        stats = strategy.history[r - 1]
+        assert (stats.num_sampled, stats.num_available, stats.num_aggregated, stats.num_rejected) == (7, 5, 7, 0)
+        assert len({DPRECMessage.from_bytes(b).seed for b in stats.messages}) == 7
+        mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+        for k in template:
+            np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
+        metrics = result.train_metrics_clientapp[r]
+        assert metrics["dprec-epsilon"] == pytest.approx(reference.step().epsilon, rel=1e-12)
+        assert metrics["dprec-clients"] == 7
+        sent, answered = strategy.ids[r - 1]
+        assert "" not in sent and len(sent) == 7 and sorted(answered) == sorted(sent)
+        check_wire(strategy, r)
