@@ -11,6 +11,8 @@ Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp
     strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
     # or the wrapper samples each node with probability 0.1 (Poisson sampling)
     strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
+    # or the paper's sampling: 10 slots per round, each a node drawn with replacement
+    strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="with_replacement", clients_per_round=10)
 
 Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
 ``ArrayRecord`` and its metrics (with ``"num-examples"``) in a ``MetricRecord``, and
@@ -28,8 +30,9 @@ Nothing else changes: the ``@app.train()`` function still returns its trained ar
   :data:`RECORD_KEY` holding the :meth:`DPRECMessage.to_bytes` blob under :data:`MESSAGE_KEY`;
   the update is ``reply - global`` of the floating-point arrays. The client's diagnostics stay in
   ``context.state`` under :data:`STATE_KEY`.
-* :class:`DPRECStrategy` takes at most one message per sampled node, in reply to this round's
-  train message, drops any reply that fails (logged, counted in ``"dprec-dropped"``), decodes
+* :class:`DPRECStrategy` takes at most one reply per train message of the round (one per
+  sampled node, except with replacement: one per slot), drops any reply that fails (logged,
+  counted in ``"dprec-dropped"``), decodes
   and averages the rest in one pass (uniform weights unless ``weighted_by_key``), applies the
   mean, and accounts each round with ``sampling=``
   (:data:`STRATEGY_SAMPLING`), ``threat_model`` (default ``"server"``), ``relation`` (default
@@ -649,7 +652,8 @@ class DPRECRound:
     server_round : int
     num_sampled : int
         ``B``: train messages sent (nodes sampled by the wrapped strategy without replacement,
-        or selected by the wrapper's Poisson sampling; 0 in an empty Poisson round).
+        selected by the wrapper's Poisson sampling, 0 in an empty Poisson round; or slots drawn
+        with replacement, ``clients_per_round``).
     num_available : int
         Nodes connected when the round was configured.
     num_aggregated : int
@@ -728,12 +732,15 @@ class DPRECStrategy(Strategy):
       (:func:`codec_config`) to the train config, with ``sampling="poisson"`` selects the
       nodes itself (each connected node with probability ``sampling_rate``) and has the wrapped
       strategy build the train messages for exactly those, and records ``B`` (train messages)
-      and ``N`` (connected nodes);
-    * in :meth:`aggregate_train`: keeps at most one reply per node sampled this round, in reply
-      to its train message; drops (logs, counts) every reply that fails (see *Untrusted replies*
-      below); decodes and averages the rest in
-      one pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean``
-      for the floating arrays (other arrays unchanged), steps the accountant, logs epsilon
+      and ``N`` (connected nodes); with ``sampling="with_replacement"`` it draws
+      ``clients_per_round`` slots itself (each a connected node, uniformly, with replacement, from ``secrets.SystemRandom``) and sends one
+      train message per slot (a node drawn ``k`` times gets ``k``, each with its own message id
+      and its slot under :data:`CONFIG_SLOT`; the client mod encodes each with a fresh seed);
+    * in :meth:`aggregate_train`: keeps at most one reply per train message of this round, from
+      its node (one per sampled node, except with replacement); drops (logs, counts) every
+      reply that fails (see *Untrusted replies* below); decodes and averages the rest in one
+      pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean`` for the
+      floating arrays (other arrays unchanged), steps the accountant, logs epsilon
       with its threat model, relation, sampling and conversion (``inf`` with the reason where
       no bound is proved) and the bytes on the wire, and adds them to the returned
       ``MetricRecord``: ``"dprec-epsilon"`` (for ``relation``),
@@ -749,8 +756,10 @@ class DPRECStrategy(Strategy):
     Untrusted replies. A reply is dropped, with its node and reason logged (WARNING) and counted,
     and the round goes on with the others, when it is not from the node of one of this round's
     train messages in reply to that message (Flower's ``reply_to_message_id`` and
-    ``src_node_id``; where the grid set no message ids, only the node is compared), when its node
-    replied more than once (all its replies), when it holds no DP-REC message for this model
+    ``src_node_id``; where the grid set no message ids, only the node is compared), when its
+    train message was answered more than once (all its replies; where the grid set no message
+    ids: when its node replied more times than it was sent train messages), when it holds no
+    DP-REC message for this model
     and codec (any failure of reading or parsing it, MemoryError included), when its seed
     appears in another reply of the round (every copy: which one is the original cannot be
     told, and dropping all makes the round independent of the order of arrival) or was already
@@ -774,6 +783,23 @@ class DPRECStrategy(Strategy):
     Under Poisson sampling the number of clients per round varies (the mean's denominator is
     the realised count), every round is accounted (an empty round too: it sends nothing and
     returns the global arrays unchanged).
+
+    ``sampling="with_replacement"`` is the paper's: each round ``B = clients_per_round`` slots
+    (a parameter of the wrapper, not derived from the wrapped strategy's fraction; ``B > N`` is
+    allowed) each pick one of the ``N`` connected nodes uniformly from the OS entropy source; the
+    wrapped strategy builds the message of each node drawn (as under Poisson sampling) and the
+    wrapper sends one per slot. The mean is over every slot's message (a node drawn twice
+    counts twice). The accountant composes the round's ``B`` slots at ``q = 1/N`` each
+    (``sampling="with_replacement"`` of :func:`dprec.accounting.dprec_epsilon`, as defined on the
+    *Which guarantee do I have?* page for each threat model), once per round in which a message
+    reached the server. Every threat model has a bound for ``relation="zero"``;
+    ``relation="add_remove"`` has none against the server (and, for REC's messages as sent, none
+    against a message observer): ``inf``, logged with the reason, as in the other modes.
+    ``method="paper"`` is refused (ValueError naming ``method``): it is no guarantee.
+
+    Every mode's per-round log line ends with the local guarantee (what one client's own messages
+    reveal, no amplification: per message, and over the most messages it sends with probability
+    ``1 - delta / 10``, at ``delta + delta / 10``), also in :attr:`DPRECRound.local`.
 
     ``N`` (``num_clients``) should be given when the population is known. Otherwise it is the
     number of nodes connected when the first round is configured: undercounting it only
@@ -823,8 +849,8 @@ class DPRECStrategy(Strategy):
         sampling schemes (an added client adds a message): ``inf``, logged with the reason.
     method : {"sound"}
         ``"sound"`` (default). ``"paper"`` (Algorithm 7) is only defined for clients sampled
-        with replacement, which no Flower strategy does: ValueError naming ``method``.
-    sampling : {"without_replacement", "poisson"}
+        with replacement and is no guarantee: ValueError naming ``method`` in every mode.
+    sampling : {"without_replacement", "poisson", "with_replacement"}
         Who selects each round's nodes and how it is accounted (see above).
     sampling_rate : float, optional
         Required for (and only for) ``sampling="poisson"``: each connected node's probability
@@ -834,6 +860,10 @@ class DPRECStrategy(Strategy):
         ``np.random.default_rng()`` seeded from the OS entropy source. For tests: a generator
         whose seed is known makes the selection predictable to whoever knows it, which voids
         the amplification by sampling against them.
+    clients_per_round : int, optional
+        Required for (and only for) ``sampling="with_replacement"``: ``B``, the slots drawn each
+        round, in ``[1, 2**53]`` (ValueError naming ``clients_per_round`` otherwise, TypeError for
+        a non-int).
     weighted_by_key : str, optional
         Weight each client's update by this key of its ``MetricRecord`` (e.g.
         ``"num-examples"``) instead of uniformly. The accounting assumes data-independent
@@ -860,6 +890,8 @@ class DPRECStrategy(Strategy):
         The global arrays of the round being trained.
     sampling : str
     sampling_rate : float or None
+    clients_per_round : int or None
+        ``B`` of ``sampling="with_replacement"``.
     threat_model, relation, method : str
         As given (defaults filled in).
     accountant : dprec.accounting.DPRECRoundAccountant or None
@@ -1304,7 +1336,8 @@ class DPRECStrategy(Strategy):
         dst = sorted(m.metadata.dst_node_id for m in messages)
         if dst != chosen:
             raise ValueError(
-                f"sampling={self.sampling!r}: {type(strategy).__name__}.configure_train sent train messages to nodes {dst}, "
+                f"sampling={self.sampling!r}: {type(strategy).__name__}.configure_train sent train messages to "
+                f"nodes {dst}, "
                 f"not to exactly the {len(chosen)} selected ones {chosen}; wrap FedAvg or a FedAvg-like strategy"
             )
         return messages
@@ -1429,7 +1462,8 @@ class DPRECStrategy(Strategy):
         """Decode and average the replies' DP-REC messages in one pass; apply the mean to the global arrays.
 
         The mean is over the messages kept (with Poisson sampling, a number that varies from
-        round to round): at most one per node sampled this round, in reply to its train message;
+        round to round): at most one per train message of this round, from its node (with
+        replacement, a node drawn ``k`` times may send ``k``, each answering another message);
         every other reply, and any that fails, is dropped (logged, counted in
         ``"dprec-dropped"``; see the class docstring). A round is accounted once a DP-REC message
         reached the server, aggregated or not (under Poisson sampling, always). Without any
