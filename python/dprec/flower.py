@@ -926,7 +926,7 @@ class DPRECStrategy(Strategy):
     ) -> None:
         super().__init__()
         if not isinstance(strategy, Strategy):
-            raise TypeError(f"strategy must be a flwr.serverapp.strategy.Strategy, got {type(strategy).__name__}")
+            raise TypeError(_wrong_strategy_api(strategy))
         if isinstance(strategy, DPRECStrategy):
             raise TypeError("strategy is already a DPRECStrategy")
         if not isinstance(codec, DPRECCodec):
@@ -1772,3 +1772,21 @@ def _mean_int(values: tuple[int, ...]) -> int | float:
     if len(set(values)) == 1:
         return int(values[0])
     return float(np.mean(values))
+
+
+def _wrong_strategy_api(strategy: Any) -> str:
+    """Why ``strategy`` cannot be wrapped, naming its API and the fix (both of Flower's APIs call a class FedAvg)."""
+    cls = type(strategy)
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__.startswith("flwr.server.strategy"):
+        return (
+            f"strategy is a {where}, a strategy of Flower's legacy API (NumPyClient apps, ServerApp(server_fn=...)); "
+            f"DPRECStrategy wraps the Message API's strategies: use flwr.serverapp.strategy.{cls.__name__} "
+            f"(from flwr.serverapp.strategy import {cls.__name__}) with a ServerApp whose main() calls "
+            "strategy.start(grid=..., ...), as in the docs' Flower page"
+        )
+    return (
+        f"strategy must be a Message-API strategy (an instance of flwr.serverapp.strategy.Strategy, e.g. "
+        f"flwr.serverapp.strategy.FedAvg), got {where}"
+    )
+

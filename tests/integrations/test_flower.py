@@ -1594,3 +1594,14 @@ def test_flower_simulation_with_replacement():
         sent, answered = strategy.ids[r - 1]
         assert "" not in sent and len(sent) == 7 and sorted(answered) == sorted(sent)
         check_wire(strategy, r)
+
+
+def test_a_legacy_api_strategy_is_refused_naming_its_api_and_the_fix():
+    # Issue 34: "TypeError: strategy must be a flwr.serverapp.strategy.Strategy, got FedAvg" was ambiguous
+    # (both of Flower's APIs have a FedAvg).
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+    with pytest.raises(TypeError, match=r"flwr\.server\.strategy\..*legacy API.*use flwr\.serverapp\.strategy\.FedAvg"):
+        DPRECStrategy(LegacyFedAvg(), make_codec(), delta=DELTA)
+    with pytest.raises(TypeError, match="Message-API strategy .* got builtins.object"):
+        DPRECStrategy(object(), make_codec(), delta=DELTA)
