@@ -1092,16 +1092,17 @@ class DPRECStrategy(Strategy):
             text = f"epsilon = inf at delta = {stats.delta:g} ({where}): no guarantee, {reason}"
         return text
 
-    @staticmethod
-    def _local_text(stats: DPRECRound) -> str:
-        """``; local epsilon = 1.6890 per message, 5.0700 at delta 1.1e-05 over at most 3 messages (...)``, or ""."""
+    def _local_text(self, stats: DPRECRound) -> str:
+        """``; local epsilon = 1.6890 per message at delta 1e-05; 5.0700 at delta 1.1e-05 for a client sent at
+        most 3 messages (...)``, or ""."""
         local = stats.local
         if local is None:
             return ""
         return (
-            f"; local epsilon = {local.per_message:.4f} per message, {local.epsilon_max:.4f} at delta "
-            f"{local.delta_max:g} over at most {local.max_participations} messages (against the server, relation "
-            f"'zero', no amplification)"
+            f"; local epsilon (one client's own messages, against the server, relation 'zero', no amplification) = "
+            f"{local.per_message:.4f} per message at delta {stats.delta:g}; {local.epsilon_max:.4f} at delta "
+            f"{local.delta_max:g} for a client sent at most {local.max_participations} messages (probability >= "
+            f"1 - {local.tail_probability:g} under honest uniform sampling of N = {self.accountant.num_clients})"
         )
 
     def _privacy_metrics(self, stats: DPRECRound, metrics: MetricRecord) -> MetricRecord:
@@ -1193,12 +1194,17 @@ class DPRECStrategy(Strategy):
             chosen = self.select_nodes(nodes)
             messages = self._messages_for(chosen, server_round, arrays, config, grid)
         elif self.sampling == "with_replacement":
-            nodes = self._wait_for_nodes(grid, at_least=1)  # every slot is sent: at least one node
+            # Every slot is sent: at least one node; and never fewer than the accounting's N (each slot's rate
+            # would be 1/N_t > 1/N, more than is accounted).
+            at_least = 1 if self.accountant is None else int(self.accountant.num_clients)
+            nodes = self._wait_for_nodes(grid, at_least=at_least)
             num_available = len(set(nodes))
             if self.accountant is None:  # before anything is sent
                 self.accountant = self._new_accountant(template, num_available, int(self.clients_per_round))
             messages = self._slot_messages(self.select_nodes(nodes), server_round, arrays, config, grid)
         else:
+            if self.accountant is not None:  # fewer than N connected would sample at a rate above B / N
+                self._wait_for_nodes(grid, at_least=int(self.accountant.num_clients))
             messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
             num_available = len(list(grid.get_node_ids()))
         dst = [m.metadata.dst_node_id for m in messages]

@@ -1472,7 +1472,7 @@ def test_with_replacement_rounds_by_hand():
         line = flog.matching(f"DP-REC round {r}:")[0]
         assert f"epsilon = {expected.epsilon:.4f}" in line
         assert "threat model 'server', relation 'zero', sampling with replacement, 5 slots per round" in line
-        assert f"local epsilon = {expected.local.per_message:.4f} per message" in line
+        assert f"= {expected.local.per_message:.4f} per message at delta" in line
         assert f"{expected.local.epsilon_max:.4f} at delta {expected.local.delta_max:g}" in line
         arrays, template = new, float_arrays(new)
     acc = strategy.accountant
@@ -1605,3 +1605,47 @@ def test_a_legacy_api_strategy_is_refused_naming_its_api_and_the_fix():
         DPRECStrategy(LegacyFedAvg(), make_codec(), delta=DELTA)
     with pytest.raises(TypeError, match="Message-API strategy .* got builtins.object"):
         DPRECStrategy(object(), make_codec(), delta=DELTA)
+
+
+class ShrinkingGrid(StaticGrid):
+    """A grid on which nodes drop out: ``get_node_ids`` lists fewer nodes for the first ``short`` calls."""
+
+    def __init__(self, n: int, fewer: int, short: int) -> None:
+        super().__init__(n)
+        self.fewer, self.short, self.calls = fewer, short, 0
+
+    def get_node_ids(self):
+        self.calls += 1
+        return list(self.nodes[: self.fewer]) if self.calls <= self.short else list(self.nodes)
+
+
+@pytest.mark.parametrize("sampling", ["with_replacement", "without_replacement"])
+def test_a_round_waits_for_the_accounting_population(sampling, monkeypatch):
+    # Review of issue 34: slots drawn from fewer connected nodes than the accounting's N sample each node at a
+    # rate above the accounted one (every epsilon too small). A later round now waits until N are connected.
+    monkeypatch.setattr("dprec.flower.time.sleep", lambda s: None)
+    if sampling == "with_replacement":
+        strategy = wr_strategy(3, num_clients=4)
+    else:
+        strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=2, fraction_train=0.5), make_codec(),
+                                 delta=DELTA, num_clients=4)
+    first = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(4))))
+    new, _ = strategy.aggregate_train(1, answer(first))
+    grid = ShrinkingGrid(4, fewer=2, short=3)
+    with FlowerLog() as flog:
+        messages = list(strategy.configure_train(2, new, ConfigRecord(), grid))
+    assert flog.matching("Waiting for nodes to connect: 2 connected (minimum required: 4)")
+    assert strategy.history[1].num_available == 4 and len(messages) == (3 if sampling == "with_replacement" else 2)
+
+
+def test_add_remove_with_replacement_needs_two_clients():
+    # Review of issue 34: with N = 1 the central add/remove bound was finite although a run without the target
+    # releases nothing.
+    from dprec.accounting import dprec_epsilon
+
+    kw = dict(clip_multiplier=0.1, bits=24, groups=1, rounds=1, clients_per_round=3, delta=1e-3,
+              sampling="with_replacement", threat_model="central", relation="add_remove")
+    assert dprec_epsilon(num_clients=1, **kw).epsilon == float("inf")
+    assert dprec_epsilon(num_clients=2, **kw).epsilon < float("inf")
+    gauss = dict(kw, bits=None, groups=None)
+    assert dprec_epsilon(num_clients=1, **gauss).epsilon == float("inf")

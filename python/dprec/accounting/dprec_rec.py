@@ -606,6 +606,10 @@ _LOCAL_ADD_REMOVE = (
 )
 
 
+_ONE_CLIENT_ADD_REMOVE = (
+    "with one client (N = 1) add/remove has no bound: without the target no client is left to send anything, "
+    "which any observer sees"
+)
 _REC_MESSAGES_ADD_REMOVE = (
     "no bound is proved for add/remove against an observer of DP-REC's messages (it knows the public seed, "
     "so each message shows all K candidates and the chosen index, and the joint-convexity reduction would "
@@ -810,6 +814,10 @@ def _sound_curves(
         curve = _attributed(c, q, alphas)
         return curve, curve.copy()
     if relation == "add_remove":
+        if n < 2:
+            # The reduction compares the target's slot with another client's: with N = 1 there is none, and a
+            # run without the target releases nothing at all.
+            return _ONE_CLIENT_ADD_REMOVE
         # Joint convexity: a sampled Gaussian at sensitivity 2C (noise multiplier 1 / (2c)).
         forward = sampled_gaussian_rdp(q, 0.5 / c, alphas)
         if q < 1.0 and 2.0 * c <= EXACT_REVERSE_MAX_CLIP:
