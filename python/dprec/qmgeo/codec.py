@@ -518,7 +518,7 @@ class QMGeoCodec:
     def _check_message(self, msg: Any, layout: QMGeoLayout, label: str) -> QMGeoMessage:
         if isinstance(msg, (bytes, bytearray, memoryview)):
             try:  # against the expected layout: refused before the CRC pass when it does not match
-                msg = QMGeoMessage.from_bytes(msg, layout)
+                return QMGeoMessage.from_bytes(msg, layout)  # digest, levels and count checked there
             except ValueError as e:
                 raise ValueError(f"{label}: {e}") from None
         if not isinstance(msg, QMGeoMessage):

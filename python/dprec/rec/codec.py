@@ -635,7 +635,7 @@ class DPRECCodec:
     def _check_message(self, msg: Any, layout: Layout, label: str) -> DPRECMessage:
         if isinstance(msg, (bytes, bytearray, memoryview)):
             try:  # against the expected layout: a crafted length or group count costs nothing to refuse
-                msg = DPRECMessage.from_bytes(msg, layout)
+                return DPRECMessage.from_bytes(msg, layout)  # digest and bits checked there
             except ValueError as e:
                 raise ValueError(f"{label}: {e}") from None
         if not isinstance(msg, DPRECMessage):
