@@ -1408,7 +1408,7 @@ def test_default_encode_caps_grow_with_the_model():
     # Review of issue 33: a fixed 2^26-candidate cap refused the documented setup (max_group_size=64, 7 bits)
     # on models above 33.5 million parameters. The caps now grow with the model: 2 candidates per parameter
     # there, within 4 per parameter.
-    from dprec.flower import _DEFAULT_LIMITS, _check_codec
+    from dprec.flower._mod import _DEFAULT_LIMITS, _check_codec
 
     codec = DPRECCodec(sigma=SIGMA, bits=7, max_group_size=64)
     template = {"w": np.empty(40_000_000, np.float32)}
@@ -1623,7 +1623,7 @@ class ShrinkingGrid(StaticGrid):
 def test_a_round_waits_for_the_accounting_population(sampling, monkeypatch):
     # Review of issue 34: slots drawn from fewer connected nodes than the accounting's N sample each node at a
     # rate above the accounted one (every epsilon too small). A later round now waits until N are connected.
-    monkeypatch.setattr("dprec.flower.time.sleep", lambda s: None)
+    monkeypatch.setattr("dprec.flower._strategy.time.sleep", lambda s: None)
     if sampling == "with_replacement":
         strategy = wr_strategy(3, num_clients=4)
     else:

@@ -1,642 +1,47 @@
-"""DP-REC for Flower (``flwr``): a client mod and a server strategy wrapper.
-
-Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp``,
-``flwr.serverapp.strategy``) takes two changes::
-
-    from dprec import DPRECCodec
-    from dprec.flower import DPRECStrategy, dprec_mod
-
-    client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
-    codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
-    strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
-    # or the wrapper samples each node with probability 0.1 (Poisson sampling)
-    strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
-    # or the paper's sampling: 10 slots per round, each a node drawn with replacement
-    strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="with_replacement", clients_per_round=10)
-
-Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
-``ArrayRecord`` and its metrics (with ``"num-examples"``) in a ``MetricRecord``, and
-``strategy.start(grid=grid, initial_arrays=..., num_rounds=...)`` still returns Flower's
-``Result``. Requires ``flwr >= 1.22`` (``pip install "dprec[flower]"``).
-
-* The server's train config carries the codec's parameters (:func:`codec_config`, keys
-  :data:`CONFIG_SIGMA`, :data:`CONFIG_CLIP_MULTIPLIER`, :data:`CONFIG_BITS`,
-  :data:`CONFIG_MAX_GROUP_SIZE`). The mod checks all of them, and the cost of the encode they
-  ask for, before the client trains; :func:`make_dprec_mod` makes a mod that also refuses a
-  larger ``clip_multiplier`` or fewer bits per group than the client accepts. The mod never
-  raises: every failure is an error reply, and one after training says only that the client
-  could not encode its update.
-* :func:`dprec_mod` replaces the reply's ``ArrayRecord`` by a ``ConfigRecord`` named
-  :data:`RECORD_KEY` holding the :meth:`DPRECMessage.to_bytes` blob under :data:`MESSAGE_KEY`;
-  the update is ``reply - global`` of the floating-point arrays. The client's diagnostics stay in
-  ``context.state`` under :data:`STATE_KEY`.
-* :class:`DPRECStrategy` takes at most one reply per train message of the round (one per
-  sampled node, except with replacement: one per slot), drops any reply that fails (logged,
-  counted in ``"dprec-dropped"``), decodes
-  and averages the rest in one pass (uniform weights unless ``weighted_by_key``), applies the
-  mean, and accounts each round with ``sampling=``
-  (:data:`STRATEGY_SAMPLING`), ``threat_model`` (default ``"server"``), ``relation`` (default
-  ``"zero"``) and ``method="sound"``; the per-round metrics carry ``"dprec-epsilon"`` and
-  ``"dprec-epsilon.<threat model>.<relation>"``, and :attr:`DPRECStrategy.history` the rounds
-  (:class:`DPRECRound`).
-
-See the *Flower* page of the documentation for what travels, what the server keeps, and how each
-sampling mode is accounted.
-"""
+"""The server side of the Message API: :class:`DPRECStrategy` and :class:`DPRECRound`."""
 
 from __future__ import annotations
 
-import json
 import math
-import reprlib
 import secrets
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from logging import DEBUG, ERROR, INFO, WARNING
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
-
-try:
-    from flwr.app import (
-        Array,
-        ArrayRecord,
-        ConfigRecord,
-        Context,
-        Error,
-        Message,
-        MessageType,
-        MetricRecord,
-        RecordDict,
-    )
-    from flwr.common import log
-    from flwr.common.constant import ErrorCode
-    from flwr.common.serde import recorddict_to_proto
-    from flwr.serverapp import Grid
-    from flwr.serverapp.strategy import FedAvg, Result, Strategy
-except ImportError as exc:  # pragma: no cover - exercised only without flwr
-    raise ImportError(
-        "dprec.flower needs Flower's Message API (flwr >= 1.22, Python >= 3.10): "
-        'pip install "dprec[flower]"'
-    ) from exc
-
-from ._runtime.validation import check_int, check_positive
-from .constants import DEFAULT_BITS, MAX_BITS, MIN_BITS
-from .rec.codec import DPRECCodec, DPRECMessage, Layout
-
-__all__ = [
-    "CONFIG_BITS",
-    "CONFIG_CLIP_MULTIPLIER",
-    "CONFIG_MAX_GROUP_SIZE",
-    "CONFIG_SIGMA",
-    "CONFIG_SLOT",
-    "DEFAULT_MAX_CANDIDATES",
-    "DEFAULT_CANDIDATES_PER_PARAMETER",
-    "DEFAULT_MAX_CANDIDATE_ELEMENTS",
-    "DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER",
-    "DEFAULT_MIN_BITS",
-    "DPRECRound",
-    "DPRECStrategy",
-    "DROP_REASONS",
-    "MESSAGE_KEY",
-    "RECORD_KEY",
-    "STATE_KEY",
-    "STRATEGY_SAMPLING",
-    "codec_config",
-    "codec_from_config",
-    "dprec_mod",
-    "make_dprec_mod",
-    "wire_nbytes",
-]
-
-#: ConfigRecord key (server to client): the codec's sigma (float).
-CONFIG_SIGMA = "dprec.sigma"
-#: ConfigRecord key (server to client): the codec's clip multiplier ``c`` (float).
-CONFIG_CLIP_MULTIPLIER = "dprec.clip-multiplier"
-#: ConfigRecord key (server to client): bits per group (int), or a JSON object ``{tensor: bits}`` (str).
-CONFIG_BITS = "dprec.bits"
-#: ConfigRecord key (server to client): max group size (int); absent means ``None``.
-CONFIG_MAX_GROUP_SIZE = "dprec.max-group-size"
-#: ConfigRecord key (server to client), ``sampling="with_replacement"`` only: the message's slot in the
-#: round (int, 0 to B - 1), so that the train messages of a node drawn several times differ.
-CONFIG_SLOT = "dprec.slot"
-#: Name of the reply's ConfigRecord that carries the message (client to server).
-RECORD_KEY = "dprec"
-#: Key of the message bytes in that ConfigRecord.
-MESSAGE_KEY = "dprec.message"
-#: Key of the client's local diagnostics (a MetricRecord) in ``context.state``.
-STATE_KEY = "dprec"
-#: Values of ``DPRECStrategy(sampling=...)``.
-STRATEGY_SAMPLING = ("without_replacement", "poisson", "with_replacement")
-
-#: ``make_dprec_mod(min_bits=...)`` default: the fewest bits per group a capped client accepts, the
-#: codec's default. REC's bound against the server takes the smallest group's ``K = 2^bits``
-#: candidates and grows as it shrinks (1 bit about doubles epsilon at ``c = 1``).
-DEFAULT_MIN_BITS = DEFAULT_BITS
-#: Default cap on the candidates of one encode, the sum over groups of ``2^bits``: the larger of this
-#: and :data:`DEFAULT_CANDIDATES_PER_PARAMETER` per parameter of the model. The encode holds 16 bytes
-#: per candidate (1 GiB at 2^26), and a group has at least 2 of them, so it also bounds the groups.
-#: ``max_group_size=1, bits=24`` on 650 parameters would need 10.9e9 (an 81 GiB array).
-DEFAULT_MAX_CANDIDATES = 2**26
-#: Candidates per parameter the default cap allows on a large model: 4 (64 bytes of encode memory per
-#: parameter), e.g. ``max_group_size >= 32`` at 7 bits.
-DEFAULT_CANDIDATES_PER_PARAMETER = 4
-#: Default cap on the candidate-elements of one encode, the sum over groups of ``2^bits x`` the
-#: group's size: the larger of :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` and this many per parameter of
-#: the model, so that the encode's arithmetic may grow with the model the client trains anyway (7 bits
-#: use 2^7 per parameter). ``bits=24`` on 650 parameters would be 10.9e9 (30 s).
-DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER = 2**10
-#: The floor of that cap: 2^32 candidate-elements take about 7 s on a 2-core machine.
-DEFAULT_MAX_CANDIDATE_ELEMENTS = 2**32
-#: Why :class:`DPRECStrategy` drops a reply: the suffixes of the ``"dprec-dropped.<reason>"`` metrics.
-DROP_REASONS = (
-    "unsolicited",  # not from the node of one of this round's train messages, in reply to it
-    "duplicate-reply",  # a train message answered more than once this round (all its replies)
-    "bad-message",  # no DP-REC message, or bytes that are not one for this model and codec (any failure)
-    "duplicate-seed",  # a seed in several of this round's replies (all of them)
-    "replayed-seed",  # a seed already received in an earlier round
-    "bad-weight",  # weighted_by_key missing, not a finite number >= 0
-    "above-max-weight",  # weighted_by_key above max_weight
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MetricRecord,
+    RecordDict,
 )
-
-_CONFIG_KEYS = (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS, CONFIG_MAX_GROUP_SIZE)
-# Longest text of an untrusted value (a config entry, a peer's error reason) in an error or log line.
-_SHORT = reprlib.Repr()
-_SHORT.maxstring = _SHORT.maxother = 80
-_SHORT.maxlist = _SHORT.maxdict = 8
-_MAX_REASON = 500
-
-
-def _short(value: Any) -> str:
-    """A bounded repr of an untrusted value, for error replies and logs."""
-    return _SHORT.repr(value)
-
-
-def _clip_text(text: str, limit: int = _MAX_REASON) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# --------------------------------------------------------------------------------------
-# Codec parameters in a ConfigRecord
-# --------------------------------------------------------------------------------------
-
-
-def codec_config(codec: DPRECCodec) -> dict[str, Any]:
-    """The ConfigRecord entries that describe ``codec`` to the clients.
-
-    Parameters
-    ----------
-    codec : DPRECCodec
-
-    Returns
-    -------
-    dict
-        ``{"dprec.sigma": float, "dprec.clip-multiplier": float, "dprec.bits": int or str}``
-        plus ``"dprec.max-group-size": int`` when the codec has one. A per-tensor ``bits``
-        mapping is written as a JSON object (ConfigRecords hold no mappings).
-    """
-    if not isinstance(codec, DPRECCodec):
-        raise TypeError(f"codec must be a DPRECCodec, got {type(codec).__name__}")
-    bits = codec.bits
-    out: dict[str, Any] = {
-        CONFIG_SIGMA: float(codec.sigma),
-        CONFIG_CLIP_MULTIPLIER: float(codec.clip_multiplier),
-        CONFIG_BITS: json.dumps(bits, sort_keys=True) if isinstance(bits, dict) else int(bits),
-    }
-    if codec.max_group_size is not None:
-        out[CONFIG_MAX_GROUP_SIZE] = int(codec.max_group_size)
-    return out
-
-
-def codec_from_config(config: Mapping[str, Any]) -> DPRECCodec:
-    """Rebuild the server's codec from the entries written by :func:`codec_config`.
-
-    Parameters
-    ----------
-    config : Mapping[str, Any]
-        A ConfigRecord (or dict) holding at least ``"dprec.sigma"``,
-        ``"dprec.clip-multiplier"`` and ``"dprec.bits"``.
-
-    Returns
-    -------
-    DPRECCodec
-        With the default backend (``"auto"``).
-
-    Raises
-    ------
-    KeyError
-        If a required key is missing.
-    TypeError, ValueError
-        For values of the wrong type or out of range (a ``"dprec.bits"`` string that is not a
-        flat JSON object included); the texts show at most 80 characters of a value.
-    """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a mapping (a ConfigRecord), got {type(config).__name__}")
-    missing = [k for k in (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS) if k not in config]
-    if missing:
-        raise KeyError(f"config lacks the DP-REC keys {missing}")
-    bits: Any = config[CONFIG_BITS]
-    if isinstance(bits, str):
-        try:
-            bits = json.loads(bits)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"config[{CONFIG_BITS!r}] is not a JSON object: {_short(bits)}") from exc
-        except RecursionError:
-            # json raises it for arrays or objects nested a few thousand deep; a bits object is flat.
-            raise ValueError(f"config[{CONFIG_BITS!r}] is nested too deeply to be a {{tensor: bits}} object") from None
-        if not isinstance(bits, dict):
-            raise ValueError(f"config[{CONFIG_BITS!r}] must be an int or a JSON object, got {_short(bits)}")
-    return DPRECCodec(
-        sigma=config[CONFIG_SIGMA],
-        clip_multiplier=config[CONFIG_CLIP_MULTIPLIER],
-        bits=bits,
-        max_group_size=config.get(CONFIG_MAX_GROUP_SIZE),
-    )
-
-
-def wire_nbytes(record: ArrayRecord | ConfigRecord | MetricRecord, key: str) -> int:
-    """Serialized size of ``record`` stored under ``key`` in a message's RecordDict.
-
-    Measured with Flower's own protobuf serialization of a ``RecordDict``
-    (``flwr.common.serde.recorddict_to_proto``), so it includes the record's name, its
-    keys and the protobuf framing.
-
-    Parameters
-    ----------
-    record : ArrayRecord, ConfigRecord or MetricRecord
-    key : str
-        The record's name in the RecordDict.
-
-    Returns
-    -------
-    int
-    """
-    if not isinstance(key, str):
-        raise TypeError(f"key must be a str, got {type(key).__name__}")
-    if not isinstance(record, (ArrayRecord, ConfigRecord, MetricRecord)):
-        raise TypeError(f"record must be an ArrayRecord, ConfigRecord or MetricRecord, got {type(record).__name__}")
-    return int(recorddict_to_proto(RecordDict({key: record})).ByteSize())
-
-
-# --------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------
-
-
-def _is_train(msg: Message) -> bool:
-    mtype = msg.metadata.message_type
-    return mtype == MessageType.TRAIN or mtype.startswith(MessageType.TRAIN + ".")
-
-
-def _is_float(dtype: np.dtype) -> bool:
-    return np.dtype(dtype).kind == "f"
-
-
-def _float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """The real floating-point arrays of an ArrayRecord, as NumPy arrays, by key."""
-    out = {}
-    for key, arr in record.items():
-        a = arr.numpy()
-        if _is_float(a.dtype):
-            out[key] = a
-    return out
-
-
-def _error_reply(msg: Message, reason: str, code: int = ErrorCode.MOD_FAILED_PRECONDITION) -> Message:
-    """An error reply to ``msg``; ``reason`` (logged here too) must hold no private data of the client."""
-    reason = _clip_text(reason)
-    log(ERROR, "dprec_mod: %s", reason)
-    return Message(Error(code=code, reason=f"dprec_mod: {reason}"), reply_to=msg)
-
-
-class _NodesGrid:
-    """A view of a Grid whose ``get_node_ids`` lists only the given nodes (Poisson sampling's selection)."""
-
-    def __init__(self, grid: Grid, node_ids: list[int]) -> None:
-        self._grid = grid
-        self._node_ids = list(node_ids)
-
-    def get_node_ids(self) -> list[int]:
-        return list(self._node_ids)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._grid, name)
-
-
-def _find_config(content: RecordDict, key: str) -> tuple[str, ConfigRecord] | None:
-    """The first ConfigRecord of ``content`` that holds ``key``."""
-    for name, rec in content.config_records.items():
-        if key in rec:
-            return name, rec
-    return None
-
-
-# --------------------------------------------------------------------------------------
-# Client
-# --------------------------------------------------------------------------------------
-
-
-def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-    """Flower client mod: compress the train reply's model update with DP-REC.
-
-    Add it to the ``ClientApp`` (``ClientApp(mods=[dprec_mod])``, or
-    ``@app.train(mods=[dprec_mod])``) and wrap the server's strategy in
-    :class:`DPRECStrategy`. On train messages it
-
-    1. reads the codec parameters from the message's ``ConfigRecord`` (the keys of
-       :func:`codec_config`, put there by :class:`DPRECStrategy`), keeps the incoming global
-       ``ArrayRecord``, and checks both before the client trains: the parameters' types and
-       ranges, ``bits`` naming only floating-point arrays of the global model, finite non-empty
-       global arrays, and an encode within the default caps on candidates and candidate-elements,
-       which grow with the model (see :func:`make_dprec_mod`, which sets other limits, and privacy
-       caps);
-    2. runs the rest of the app (``call_next``);
-    3. computes the update ``reply - global`` of the floating-point arrays, encodes it with
-       a fresh seed and private randomness from the OS entropy source, and replaces the
-       reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
-       ``"dprec"``; other records (the ``MetricRecord``) are kept.
-
-    The update's norm before clipping and whether it was clipped are stored in
-    ``context.state["dprec"]`` (a ``MetricRecord`` that stays on the client: ``norm``,
-    ``clipped``, ``clip-norm``, ``message-bytes`` of the last round, and ``rounds`` /
-    ``clipped-rounds`` counted over the run); they are never sent, nor logged.
-    Non-train messages and error replies of the app pass through untouched.
-
-    On train messages the mod never raises. A failure before training is an error reply naming the problem
-    (from the server's parameters and the shapes of the arrays only). After training, the
-    texts of exceptions may describe the client's data (an update with NaN says training
-    diverged), so they are neither sent nor logged: an exception of the app's train function
-    is answered with ``ErrorCode.CLIENT_APP_RAISED_EXCEPTION`` and an encoding failure with
-    ``"dprec_mod: the client could not encode its update"``; the client's log names only the
-    exception's type.
-
-    Parameters
-    ----------
-    msg : flwr.app.Message
-    context : flwr.app.Context
-    call_next : callable
-        The next mod or the app's function, ``(Message, Context) -> Message``.
-
-    Returns
-    -------
-    flwr.app.Message
-        The compressed reply, or an error reply (``ErrorCode.MOD_FAILED_PRECONDITION``)
-        naming the problem: no DP-REC keys in the message's config (the server strategy is
-        not wrapped in :class:`DPRECStrategy`), codec parameters out of range or too costly
-        to encode, not exactly one ArrayRecord in the message or the reply, or reply arrays
-        whose keys, shapes or dtypes do not match the global ones.
-    """
-    return _dprec_mod(msg, context, call_next, _DEFAULT_LIMITS)
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """What a client accepts from the server (see :func:`make_dprec_mod`)."""
-
-    max_clip_multiplier: float | None
-    min_bits: int
-    max_candidates: int | None  # None: the larger of DEFAULT_MAX_CANDIDATES and per parameter
-    max_candidate_elements: int | None  # None: DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER per parameter
-
-
-_DEFAULT_LIMITS = _Limits(None, MIN_BITS, None, None)
-
-
-def make_dprec_mod(
-    *,
-    max_clip_multiplier: float | None = None,
-    min_bits: int = DEFAULT_MIN_BITS,
-    max_candidates: int | None = None,
-    max_candidate_elements: int | None = None,
-) -> Callable[[Message, Context, Callable], Message]:
-    """:func:`dprec_mod` with client-side caps on the privacy and the work the server may ask for.
-
-    The codec parameters come from the server. A client that does not trust it to pick them caps
-    what sets its guarantee for a given sampling and number of rounds: ``c``
-    (``clip_multiplier``) and the bits per group. The accountant's sound bound for REC's
-    messages takes the smallest group's ``K = 2^bits`` candidates and grows as ``K`` shrinks
-    (at ``c = 1``, 1 bit per group about doubles the epsilon of 7 bits), so a cap on ``c``
-    alone does not bound it. A train message asking for more than the caps, or for an encode
-    above the cost caps, gets an error reply (``ErrorCode.MOD_FAILED_PRECONDITION``) and the
-    client does not train on its data.
-
-    Parameters
-    ----------
-    max_clip_multiplier : float, optional
-        The largest ``c`` this client accepts, ``> 0``; default: no cap.
-    min_bits : int
-        The fewest bits per group this client accepts, in [1, 24] (the smallest group's bits,
-        which the accounting takes); default :data:`DEFAULT_MIN_BITS` (7, the codec's default).
-    max_candidates : int, optional
-        The most candidates one encode may hold, the sum over groups of ``2^bits`` (16 bytes of
-        memory each), ``>= 2``; default: the larger of :data:`DEFAULT_MAX_CANDIDATES` (2^26) and
-        :data:`DEFAULT_CANDIDATES_PER_PARAMETER` (4) times the parameters of the model.
-    max_candidate_elements : int, optional
-        The most candidate-elements one encode may compute, the sum over groups of
-        ``2^bits x`` the group's size, ``>= 2``; default: the larger of
-        :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` (2^32) and :data:`DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER`
-        (2^10) times the parameters of the model.
-
-    Returns
-    -------
-    callable
-        A Flower mod: ``ClientApp(mods=[make_dprec_mod(max_clip_multiplier=0.5)])``.
-    """
-    cap = None if max_clip_multiplier is None else check_positive(max_clip_multiplier, "max_clip_multiplier")
-    limits = _Limits(
-        max_clip_multiplier=cap,
-        min_bits=check_int(min_bits, "min_bits", MIN_BITS, MAX_BITS),
-        max_candidates=None if max_candidates is None else check_int(max_candidates, "max_candidates", 2, 2**63 - 1),
-        max_candidate_elements=None
-        if max_candidate_elements is None
-        else check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
-    )
-
-    def capped_dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
-        return _dprec_mod(msg, context, call_next, limits)
-
-    return capped_dprec_mod
-
-
-class _Refusal(Exception):
-    """A train message the client does not train on; the text names the problem (server data only)."""
-
-
-def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Limits) -> None:
-    """Refuse (:class:`_Refusal`) a codec beyond ``limits`` or that cannot encode an update like ``template``.
-
-    Counted arithmetically from the shapes, before the layout is built: ``max_group_size=1`` on a
-    large model would otherwise build millions of groups first.
-    """
-    bits = codec.bits
-    if isinstance(bits, dict):
-        unknown = sorted(set(bits) - set(template))
-        if unknown:
-            raise _Refusal(
-                f"the server's bits name tensors that are not floating-point arrays of the global model: "
-                f"{_short(unknown)}; not training"
-            )
-    groups = candidates = elements = parameters = 0
-    fewest: tuple[int, str] | None = None
-    for name, a in template.items():
-        n = int(a.size)
-        if n == 0:
-            raise _Refusal(f"the global array {_short(name)} is empty; not training")
-        b = bits.get(name, DEFAULT_BITS) if isinstance(bits, dict) else bits
-        chunk = n if codec.max_group_size is None else min(n, codec.max_group_size)
-        g = -(-n // chunk)
-        groups, candidates, elements = groups + g, candidates + (g << b), elements + (n << b)
-        parameters += n
-        if fewest is None or b < fewest[0]:
-            fewest = (b, name)
-    if fewest is not None and fewest[0] < limits.min_bits:
-        raise _Refusal(
-            f"the server asks for bits={fewest[0]} (tensor {_short(fewest[1])}), fewer bits per group than this "
-            f"client's min_bits={limits.min_bits}; not training (fewer candidates per group spend more privacy)"
-        )
-    max_candidates = limits.max_candidates
-    if max_candidates is None:
-        max_candidates = max(DEFAULT_MAX_CANDIDATES, DEFAULT_CANDIDATES_PER_PARAMETER * parameters)
-    if candidates > max_candidates:
-        raise _Refusal(
-            f"the server's bits and max_group_size make one encode hold {candidates} candidates (2^bits for each "
-            f"of {groups} groups), above this client's max_candidates={max_candidates}; not training"
-        )
-    max_elements = limits.max_candidate_elements
-    if max_elements is None:
-        max_elements = max(DEFAULT_MAX_CANDIDATE_ELEMENTS, DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER * parameters)
-    if elements > max_elements:
-        raise _Refusal(
-            f"the server's bits make one encode compute {elements} candidate-elements (2^bits x group size, "
-            f"summed over {groups} groups), above this client's max_candidate_elements={max_elements}; not training"
-        )
-    codec.layout(template)  # anything else the codec refuses (a group above 2**34 elements), before training
-
-
-def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[str, np.ndarray]]:
-    """The server's codec and the global arrays of a train message, checked before the client trains.
-
-    Raises :class:`_Refusal` with a text built from the server's data only.
-    """
-    found = _find_config(msg.content, CONFIG_SIGMA)
-    if found is None:
-        raise _Refusal(
-            f"the train message's ConfigRecord lacks the DP-REC keys ({', '.join(_CONFIG_KEYS[:3])}); "
-            "wrap the ServerApp's strategy in dprec.flower.DPRECStrategy"
-        )
-    try:
-        codec = codec_from_config(found[1])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _Refusal(f"bad DP-REC codec parameters in the message's config: {exc}") from None
-    if limits.max_clip_multiplier is not None and codec.clip_multiplier > limits.max_clip_multiplier:
-        raise _Refusal(
-            f"the server asks for clip_multiplier={codec.clip_multiplier:g}, above this client's "
-            f"max_clip_multiplier={limits.max_clip_multiplier:g}; not training (a larger c spends more privacy)"
-        )
-    if len(msg.content.array_records) != 1:
-        raise _Refusal(f"expects exactly one ArrayRecord in the train message, found {len(msg.content.array_records)}")
-    global_record = next(iter(msg.content.array_records.values()))
-    global_keys = set(global_record.keys())
-    global_floats = _float_arrays(global_record)
-    if not global_floats:
-        raise _Refusal("the global ArrayRecord has no floating-point arrays to update")
-    _check_codec(codec, global_floats, limits)
-    for key, g in global_floats.items():
-        # A NaN in the global model would make every update NaN: refused now, not after training.
-        if not np.all(np.isfinite(g)):
-            raise _Refusal(f"the global array {_short(key)} holds NaN or infinity; not training")
-    return codec, global_keys, global_floats
-
-
-def _dprec_mod(
-    msg: Message, context: Context, call_next: Callable[[Message, Context], Message], limits: _Limits
-) -> Message:
-    """:func:`dprec_mod`'s work, within ``limits``."""
-    if not _is_train(msg) or msg.has_error() or not msg.has_content():
-        return call_next(msg, context)
-    try:
-        codec, global_keys, global_floats = _prepare(msg, limits)
-    except _Refusal as exc:
-        return _error_reply(msg, str(exc))
-    except Exception as exc:  # noqa: BLE001 - anything the server's message makes fail: a reply, not a crash
-        # Before training only the server's data was read: its text names no private data.
-        return _error_reply(msg, f"could not read the train message ({type(exc).__name__}: {exc})")
-
-    try:
-        reply = call_next(msg, context)
-    except Exception as exc:  # noqa: BLE001 - its text may describe the data (a diverged loss)
-        log(ERROR, "dprec_mod: the train function raised %s; its text is not logged nor sent", type(exc).__name__)
-        return _error_reply(
-            msg,
-            "the ClientApp's train function raised an exception (not forwarded: it may describe private data)",
-            ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-        )
-    try:
-        if reply.has_error():
-            return reply
-        return _encode_reply(msg, reply, context, codec, global_keys, global_floats)
-    except Exception as exc:  # noqa: BLE001 - e.g. NaN in the update (training diverged), MemoryError, not a Message
-        log(ERROR, "dprec_mod: encoding the update raised %s; its text is not logged nor sent", type(exc).__name__)
-        return _error_reply(msg, "the client could not encode its update")
-
-
-def _encode_reply(
-    msg: Message,
-    reply: Message,
-    context: Context,
-    codec: DPRECCodec,
-    global_keys: set[str],
-    global_floats: dict[str, np.ndarray],
-) -> Message:
-    """Replace the reply's arrays by the DP-REC message of ``reply - global`` (or an error reply about its shape)."""
-    n_arrays = len(reply.content.array_records)
-    if n_arrays != 1:
-        return _error_reply(msg, f"expects exactly one ArrayRecord in the train reply, found {n_arrays}")
-    if RECORD_KEY in reply.content:
-        return _error_reply(msg, f"the train reply already has a record named {RECORD_KEY!r}")
-    name, record = next(iter(reply.content.array_records.items()))
-    if set(record.keys()) != global_keys:
-        extra = sorted(set(record.keys()) - global_keys)
-        lacking = sorted(global_keys - set(record.keys()))
-        return _error_reply(
-            msg,
-            f"the reply's ArrayRecord keys do not match the global ones (extra: {extra}, missing: {lacking})",
-        )
-    update: dict[str, np.ndarray] = {}
-    for key, g in global_floats.items():
-        r = record[key].numpy()
-        if r.shape != g.shape:
-            return _error_reply(msg, f"reply array {key!r} has shape {r.shape}, the global one {g.shape}")
-        if not _is_float(r.dtype):
-            return _error_reply(msg, f"reply array {key!r} has dtype {r.dtype}, the global one {g.dtype}")
-        dtype = np.result_type(r.dtype, g.dtype, np.float32)
-        update[key] = np.subtract(r, g, dtype=dtype)
-
-    message, info = codec.encode(update, return_info=True)  # seed and private draw from the OS entropy source
-    blob = message.to_bytes()
-    del reply.content[name]
-    reply.content[RECORD_KEY] = ConfigRecord({MESSAGE_KEY: blob})
-
-    prev = context.state.metric_records.get(STATE_KEY)
-    rounds = int(prev.get("rounds", 0)) if prev is not None else 0
-    clipped_rounds = int(prev.get("clipped-rounds", 0)) if prev is not None else 0
-    context.state[STATE_KEY] = MetricRecord(
-        {
-            "norm": float(info.norm),
-            "clipped": int(bool(info.clipped)),
-            "clip-norm": float(info.clip_norm),
-            "message-bytes": len(blob),
-            "rounds": rounds + 1,
-            "clipped-rounds": clipped_rounds + int(bool(info.clipped)),
-        }
-    )
-    # The norm and the clipping are private: they stay in context.state, out of the logs.
-    log(DEBUG, "dprec_mod: %d-byte message, %d arrays left out", len(blob), len(global_keys) - len(global_floats))
-    return reply
-
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Result, Strategy
+
+from .._runtime.validation import check_positive
+from ..rec.codec import DPRECCodec, DPRECMessage, Layout
+from ._common import (
+    _CONFIG_KEYS,
+    CONFIG_SIGMA,
+    CONFIG_SLOT,
+    DROP_REASONS,
+    MESSAGE_KEY,
+    STRATEGY_SAMPLING,
+    _clip_text,
+    _describe,
+    _find_config,
+    _float_arrays,
+    _short,
+    codec_config,
+    wire_nbytes,
+)
 
 # --------------------------------------------------------------------------------------
 # Server
@@ -988,7 +393,7 @@ class DPRECStrategy(Strategy):
                 "clients_per_round is only used with sampling='with_replacement' (FedAvg's fraction_train and "
                 "min_train_nodes size a sample without replacement; sampling_rate a Poisson one)"
             )
-        from .accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
+        from ..accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         # ValueError naming threat_model / relation / method (with the valid choices) now, not after a round.
         self.method, self.threat_model, self.relation = dprec_rec._resolve(method, threat_model, relation, sampling)
@@ -1371,8 +776,13 @@ class DPRECStrategy(Strategy):
                 content[name] = record
             meta = template.metadata
             out.append(
-                Message(content, dst_node_id=node, message_type=meta.message_type, ttl=meta.ttl,
-                        group_id=meta.group_id or None)
+                Message(
+                    content,
+                    dst_node_id=node,
+                    message_type=meta.message_type,
+                    ttl=meta.ttl,
+                    group_id=meta.group_id or None,
+                )
             )
         return out
 
@@ -1697,6 +1107,20 @@ class DPRECStrategy(Strategy):
         return self.strategy.aggregate_evaluate(server_round, replies)
 
 
+class _NodesGrid:
+    """A view of a Grid whose ``get_node_ids`` lists only the given nodes (Poisson sampling's selection)."""
+
+    def __init__(self, grid: Grid, node_ids: list[int]) -> None:
+        self._grid = grid
+        self._node_ids = list(node_ids)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self._node_ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
 def _read_reply(reply: Message, layout: Layout) -> tuple[str, ConfigRecord, DPRECMessage]:
     """The DP-REC record of a reply (its name and the record) and its parsed message, checked against ``layout``."""
     found = _find_config(reply.content, MESSAGE_KEY)
@@ -1763,11 +1187,6 @@ def _metrics_problem(reply: Message, key: str, max_weight: float) -> str | None:
     return None
 
 
-def _describe(exc: BaseException) -> str:
-    """``Type: text`` of an exception raised while reading an untrusted reply, bounded for the log."""
-    return _clip_text(f"{type(exc).__name__}: {exc}", 300)
-
-
 def _mean_int(values: tuple[int, ...]) -> int | float:
     """The mean of per-client sizes: an int when they are all equal (the usual case)."""
     if len(set(values)) == 1:
@@ -1790,4 +1209,3 @@ def _wrong_strategy_api(strategy: Any) -> str:
         f"strategy must be a Message-API strategy (an instance of flwr.serverapp.strategy.Strategy, e.g. "
         f"flwr.serverapp.strategy.FedAvg), got {where}"
     )
-

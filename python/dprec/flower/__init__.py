@@ -1,0 +1,95 @@
+"""DP-REC for Flower (``flwr``): a client mod and a server strategy wrapper.
+
+Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp``,
+``flwr.serverapp.strategy``) takes two changes::
+
+    from dprec import DPRECCodec
+    from dprec.flower import DPRECStrategy, dprec_mod
+
+    client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
+    codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
+    strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
+    # or the wrapper samples each node with probability 0.1 (Poisson sampling)
+    strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
+    # or the paper's sampling: 10 slots per round, each a node drawn with replacement
+    strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="with_replacement", clients_per_round=10)
+
+Nothing else changes: the ``@app.train()`` function still returns its trained arrays in an
+``ArrayRecord`` and its metrics (with ``"num-examples"``) in a ``MetricRecord``, and
+``strategy.start(grid=grid, initial_arrays=..., num_rounds=...)`` still returns Flower's
+``Result``. Requires ``flwr >= 1.22`` (``pip install "dprec[flower]"``).
+
+* The server's train config carries the codec's parameters (:func:`codec_config`, keys
+  :data:`CONFIG_SIGMA`, :data:`CONFIG_CLIP_MULTIPLIER`, :data:`CONFIG_BITS`,
+  :data:`CONFIG_MAX_GROUP_SIZE`). The mod checks all of them, and the cost of the encode they
+  ask for, before the client trains; :func:`make_dprec_mod` makes a mod that also refuses a
+  larger ``clip_multiplier`` or fewer bits per group than the client accepts. The mod never
+  raises: every failure is an error reply, and one after training says only that the client
+  could not encode its update.
+* :func:`dprec_mod` replaces the reply's ``ArrayRecord`` by a ``ConfigRecord`` named
+  :data:`RECORD_KEY` holding the :meth:`DPRECMessage.to_bytes` blob under :data:`MESSAGE_KEY`;
+  the update is ``reply - global`` of the floating-point arrays. The client's diagnostics stay in
+  ``context.state`` under :data:`STATE_KEY`.
+* :class:`DPRECStrategy` takes at most one reply per train message of the round (one per
+  sampled node, except with replacement: one per slot), drops any reply that fails (logged,
+  counted in ``"dprec-dropped"``), decodes
+  and averages the rest in one pass (uniform weights unless ``weighted_by_key``), applies the
+  mean, and accounts each round with ``sampling=``
+  (:data:`STRATEGY_SAMPLING`), ``threat_model`` (default ``"server"``), ``relation`` (default
+  ``"zero"``) and ``method="sound"``; the per-round metrics carry ``"dprec-epsilon"`` and
+  ``"dprec-epsilon.<threat model>.<relation>"``, and :attr:`DPRECStrategy.history` the rounds
+  (:class:`DPRECRound`).
+
+See the *Flower* page of the documentation for what travels, what the server keeps, and how each
+sampling mode is accounted.
+"""
+
+from __future__ import annotations
+
+from ._common import (
+    CONFIG_BITS,
+    CONFIG_CLIP_MULTIPLIER,
+    CONFIG_MAX_GROUP_SIZE,
+    CONFIG_SIGMA,
+    CONFIG_SLOT,
+    DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER,
+    DEFAULT_CANDIDATES_PER_PARAMETER,
+    DEFAULT_MAX_CANDIDATE_ELEMENTS,
+    DEFAULT_MAX_CANDIDATES,
+    DEFAULT_MIN_BITS,
+    DROP_REASONS,
+    MESSAGE_KEY,
+    RECORD_KEY,
+    STATE_KEY,
+    STRATEGY_SAMPLING,
+    codec_config,
+    codec_from_config,
+    wire_nbytes,
+)
+from ._mod import dprec_mod, make_dprec_mod
+from ._strategy import DPRECRound, DPRECStrategy
+
+__all__ = [
+    "CONFIG_BITS",
+    "CONFIG_CLIP_MULTIPLIER",
+    "CONFIG_MAX_GROUP_SIZE",
+    "CONFIG_SIGMA",
+    "CONFIG_SLOT",
+    "DEFAULT_MAX_CANDIDATES",
+    "DEFAULT_CANDIDATES_PER_PARAMETER",
+    "DEFAULT_MAX_CANDIDATE_ELEMENTS",
+    "DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER",
+    "DEFAULT_MIN_BITS",
+    "DPRECRound",
+    "DPRECStrategy",
+    "DROP_REASONS",
+    "MESSAGE_KEY",
+    "RECORD_KEY",
+    "STATE_KEY",
+    "STRATEGY_SAMPLING",
+    "codec_config",
+    "codec_from_config",
+    "dprec_mod",
+    "make_dprec_mod",
+    "wire_nbytes",
+]
