@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import uuid
@@ -140,6 +141,21 @@ def train_message(codec: DPRECCodec | None, arrays: ArrayRecord | None = None, n
     config = ConfigRecord({"server-round": 1, **(codec_config(codec) if codec is not None else {})})
     content = RecordDict({"arrays": initial_arrays() if arrays is None else arrays, "config": config})
     return Message(content, dst_node_id=node_id, message_type=MessageType.TRAIN)
+
+
+def server_mean(codec, messages, template, weights=None) -> dict[str, np.ndarray]:
+    """The strategy's mean, recomputed: float64 sums of the decoded updates in aggregation order
+    (``codec.accumulate``, weights over the power of two below the largest) over the sum of the weights, as
+    float32; and, to float64 rounding, ``codec.aggregate``."""
+    msgs = [m if isinstance(m, DPRECMessage) else DPRECMessage.from_bytes(m) for m in messages]
+    w = np.ones(len(msgs)) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = np.ldexp(w, -(math.frexp(w.max())[1] - 1))  # the claimed weights over the power of two below the largest
+    sums = codec.accumulate(msgs, {k: np.zeros(v.shape) for k, v in template.items()}, weights=w)
+    mean = {k: (s / math.fsum(w.tolist())).astype(np.float32) for k, s in sums.items()}
+    reference = codec.aggregate(msgs, template, weights=w / math.fsum(w.tolist()))
+    for k in mean:
+        np.testing.assert_allclose(mean[k], reference[k], rtol=1e-6, atol=1e-7 * codec.sigma)
+    return mean
 
 
 def float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -383,7 +399,7 @@ def test_strategy_round_by_hand():
     assert (stats.num_aggregated, stats.num_failed, stats.num_rejected) == (3, 1, 0)
 
     glob = float_arrays(arrays)
-    mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], glob)
+    mean = server_mean(codec, stats.messages, glob)
     assert set(new.keys()) == {"fc.weight", "fc.bias", "steps"}
     for k in glob:
         np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
@@ -450,7 +466,7 @@ def test_strategy_weighted_by_key():
     new, _ = strategy.aggregate_train(1, replies)
     glob = float_arrays(arrays)
     msgs = [DPRECMessage.from_bytes(b) for b in strategy.history[0].messages]
-    mean = codec.aggregate(msgs, glob, weights=np.array([1.0, 2.0]) / 3.0)
+    mean = server_mean(codec, msgs, glob, weights=[1.0, 2.0])
     for k in glob:
         np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
 
@@ -709,7 +725,7 @@ def test_poisson_rounds_by_hand():
         assert metrics["dprec-epsilon"] == stats.epsilon == strategy.epsilon == expected_eps > 0
         assert metrics["dprec-clients"] == count and metrics["dprec-delta"] == DELTA
         if count:
-            mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+            mean = server_mean(codec, stats.messages, template)
             for k in template:
                 np.testing.assert_array_equal(new[k].numpy(), template[k] + mean[k])
         else:
@@ -820,12 +836,9 @@ def assert_mean_of(strategy, new, blobs, r=1, weights=None):
     stats = strategy.history[r - 1]
     assert list(stats.messages) == list(blobs)
     glob = float_arrays(strategy.current_arrays)
-    mean = make_codec().aggregate([DPRECMessage.from_bytes(b) for b in blobs], glob, weights=weights)
+    mean = server_mean(make_codec(), blobs, glob, weights=weights)
     for k in glob:
-        if weights is None:
-            np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
-        else:  # the weights may differ in the last bit from the ones given here
-            np.testing.assert_allclose(new[k].numpy(), glob[k] + mean[k], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(new[k].numpy(), glob[k] + mean[k])
 
 
 def _parse_raises(monkeypatch, victim, exc):
@@ -883,7 +896,7 @@ def test_strategy_drops_a_failing_reply_and_keeps_the_others(monkeypatch, case, 
     w = None
     if weighted:
         n = np.array([replies[0].content["metrics"]["num-examples"], replies[2].content["metrics"]["num-examples"]])
-        w = n / n.sum()
+        w = n
     assert_mean_of(strategy, new, honest, weights=w)
     lines = flog.matching("dropped the reply of node")
     assert len(lines) == 1 and f"node {messages[1].metadata.dst_node_id} ({reason})" in lines[0], flog.lines
@@ -955,7 +968,7 @@ def test_weighted_aggregation_does_not_overflow():
     new, metrics = strategy.aggregate_train(1, replies)
     assert metrics["dprec-clients"] == 2
     assert "train-loss" not in metrics, "FedAvg's metric weights would overflow too: no train-loss of 0.0"
-    assert_mean_of(strategy, new, [blob_of(r) for r in replies], weights=np.array([0.5, 0.5]))
+    assert_mean_of(strategy, new, [blob_of(r) for r in replies], weights=np.array([1e308, 1e308]))
     glob = float_arrays(initial_arrays())
     assert any(np.any(new[k].numpy() != glob[k]) for k in glob), "the model moves"
     # Tiny and huge weights in one round: the ratios are kept (divided by the largest first).
@@ -963,8 +976,8 @@ def test_weighted_aggregation_does_not_overflow():
     for r, w in zip(replies, (1e300, 2e299, 1e-300)):
         r.content["metrics"]["w"] = w
     new, _ = strategy.aggregate_train(1, replies)
-    # 1e-300 / 1e300 is 0.
-    assert_mean_of(strategy, new, [blob_of(r) for r in replies], weights=np.array([1.0, 0.2, 0.0]) / 1.2)
+    # 1e-300 / 2^996 is 0.
+    assert_mean_of(strategy, new, [blob_of(r) for r in replies], weights=np.array([1e300, 2e299, 1e-300]))
 
 
 def test_weights_above_max_weight_are_dropped():
@@ -976,7 +989,7 @@ def test_weights_above_max_weight_are_dropped():
         r.content["metrics"]["num-examples"] = n
     new, metrics = strategy.aggregate_train(1, replies)
     assert metrics["dprec-clients"] == 2 and metrics["dprec-dropped.above-max-weight"] == 1
-    assert_mean_of(strategy, new, [blob_of(replies[1]), blob_of(replies[2])], weights=np.array([0.4, 0.6]))
+    assert_mean_of(strategy, new, [blob_of(replies[1]), blob_of(replies[2])], weights=np.array([20.0, 30.0]))
     # Two at 1e308 under a cap: both dropped, the round accounted and reported.
     strategy, messages, replies = uniform_round(2, weighted_by_key="num-examples", max_weight=1e6)
     for r in replies:
@@ -1257,7 +1270,7 @@ def test_flower_simulation():
         stats = strategy.history[r - 1]
         assert (stats.server_round, stats.num_sampled, stats.num_available, stats.num_aggregated) == (r, 3, 5, 3)
         # The new global model is exactly the stashed one plus the one-pass mean of the messages.
-        mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+        mean = server_mean(codec, stats.messages, template)
         for k in template:
             np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
         np.testing.assert_array_equal(globals_[r]["steps"], [0])
@@ -1306,7 +1319,7 @@ def test_flower_simulation_poisson():
         metrics = result.train_metrics_clientapp[r]
         if count:
             # The mean's denominator is the realised number of messages.
-            mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+            mean = server_mean(codec, stats.messages, template)
             for k in template:
                 np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
             assert "train-loss" in metrics and 20 * metrics["dprec-wire-bytes"] < metrics["float32-wire-bytes"]
@@ -1585,7 +1598,7 @@ def test_flower_simulation_with_replacement():
         stats = strategy.history[r - 1]
         assert (stats.num_sampled, stats.num_available, stats.num_aggregated, stats.num_rejected) == (7, 5, 7, 0)
         assert len({DPRECMessage.from_bytes(b).seed for b in stats.messages}) == 7
-        mean = codec.aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+        mean = server_mean(codec, stats.messages, template)
         for k in template:
             np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
         metrics = result.train_metrics_clientapp[r]
@@ -1649,3 +1662,111 @@ def test_add_remove_with_replacement_needs_two_clients():
     assert dprec_epsilon(num_clients=2, **kw).epsilon < float("inf")
     gauss = dict(kw, bits=None, groups=None)
     assert dprec_epsilon(num_clients=1, **gauss).epsilon == float("inf")
+
+
+# --------------------------------------------------------------------------------------
+# Streaming: replies decoded and accumulated as they arrive (start's grid push/pull)
+# --------------------------------------------------------------------------------------
+
+
+class PullGrid(StaticGrid):
+    """A grid whose nodes answer (through dprec_mod) when pushed and whose pulls return at most ``per_pull``
+    replies at a time, in a shuffled order; ``extra`` adds replies of its own (forged copies) to the stream."""
+
+    def __init__(self, n: int, per_pull: int = 1, extra=None, seed: int = 0) -> None:
+        super().__init__(n)
+        self.per_pull, self.extra, self.rng = per_pull, extra, np.random.default_rng(seed)
+        self.queue: list = []
+        self.pulls = 0
+        self.other_calls = 0
+
+    def push_messages(self, messages):
+        messages = push(list(messages))
+        replies = answer(messages)
+        if self.extra is not None:
+            replies = replies + self.extra(replies)
+        self.queue = [replies[i] for i in self.rng.permutation(len(replies))]
+        return [m.metadata.message_id for m in messages]
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        batch, self.queue = self.queue[: self.per_pull], self.queue[self.per_pull :]
+        return batch
+
+    def send_and_receive(self, messages, *, timeout=None):
+        self.other_calls += 1
+        return []
+
+
+def streamed_round(grid, **kwargs):
+    """Round 1 through the grid start() hands to Flower's loop; returns (strategy, new arrays, metrics)."""
+    from dprec.flower._strategy import _StreamingGrid
+
+    strategy = DPRECStrategy(
+        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        keep_messages=True, **kwargs,
+    )
+    proxy = _StreamingGrid(grid, strategy)
+    replies = proxy.send_and_receive(strategy.configure_train(1, initial_arrays(), ConfigRecord(), proxy), timeout=60)
+    new, metrics = strategy.aggregate_train(1, replies)
+    return strategy, new, metrics
+
+
+def test_streaming_accumulates_each_pull_as_it_arrives(monkeypatch):
+    calls = []
+    accumulate = DPRECCodec.accumulate
+    monkeypatch.setattr(
+        DPRECCodec, "accumulate", lambda self, msgs, out, weights=None: calls.append(len(msgs)) or accumulate(
+            self, msgs, out, weights=weights)
+    )
+    grid = PullGrid(6, per_pull=2)
+    strategy, new, metrics = streamed_round(grid)
+    stats = strategy.history[0]
+    assert stats.streamed and stats.num_aggregated == 6 and metrics["dprec-clients"] == 6
+    # One decode pass per pull of 2 replies, none left for aggregate_train: at most one batch of decoded
+    # updates exists at a time, beside the float64 sums.
+    assert calls == [2, 2, 2] and grid.pulls == 3
+    assert_mean_of(strategy, new, list(stats.messages))
+    # The non-train traffic goes to the grid itself.
+    from dprec.flower._strategy import _StreamingGrid
+
+    assert list(_StreamingGrid(grid, strategy).send_and_receive([], timeout=1)) == [] and grid.other_calls == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_streaming_keeps_the_same_replies_whatever_the_order(seed):
+    # One train message answered twice (all its replies dropped) and a reply carrying another's message (a
+    # duplicated seed: both dropped): whichever arrives first, the same replies are kept, and the sums are
+    # exactly those of the kept messages in arrival order (rebuilt when an accumulated one is dropped).
+    grid = PullGrid(6, per_pull=1, seed=seed)
+    original_push = grid.push_messages
+
+    def push_with_forgeries(messages):
+        messages = list(messages)
+        ids = original_push(messages)
+        by_node = {r.metadata.src_node_id: r for r in grid.queue}
+        nodes = sorted(by_node)
+        with_blob(by_node[nodes[2]], blob_of(by_node[nodes[1]]))
+        second = answer([m for m in messages if m.metadata.dst_node_id == nodes[4]])[0]
+        grid.queue.insert(int(grid.rng.integers(len(grid.queue) + 1)), second)
+        return ids
+
+    grid.push_messages = push_with_forgeries
+    strategy, new, metrics = streamed_round(grid)
+    stats = strategy.history[0]
+    if grid.queue:  # the second answer came after every train message was answered: never pulled (as in Flower)
+        assert stats.num_aggregated == 4 and stats.dropped == {"duplicate-seed": 2}
+    else:
+        assert stats.num_aggregated == 3 and stats.dropped == {"duplicate-seed": 2, "duplicate-reply": 2}
+    assert stats.streamed
+    assert_mean_of(strategy, new, list(stats.messages))
+
+
+def test_streaming_in_a_simulation_decodes_as_replies_arrive():
+    _, strategy, _ = run_dprec_simulation(
+        lambda: DPRECStrategy(
+            FedAvg(fraction_train=1.0, fraction_evaluate=0.4, min_train_nodes=NUM_NODES, min_available_nodes=NUM_NODES),
+            make_codec(), delta=DELTA, keep_messages=True,
+        )
+    )
+    assert all(stats.streamed and stats.num_aggregated == NUM_NODES for stats in strategy.history)

@@ -101,6 +101,9 @@ class DPRECRound:
         Serialized size of the same arrays as a float32 ``ArrayRecord``, per client.
     messages : tuple of bytes
         The aggregated messages, in aggregation order (only with ``keep_messages=True``).
+    streamed : bool
+        Whether the replies were decoded and accumulated as they arrived (rounds run by
+        :meth:`DPRECStrategy.start`), rather than when ``aggregate_train`` was called.
     """
 
     server_round: int
@@ -124,6 +127,7 @@ class DPRECRound:
     wire_bytes: tuple[int, ...] = ()
     float32_wire_bytes: int = 0
     messages: tuple[bytes, ...] = field(default=(), repr=False)
+    streamed: bool = False
 
 
 class DPRECStrategy(Strategy):
@@ -421,6 +425,9 @@ class DPRECStrategy(Strategy):
         # Round -> the metadata of its train messages: a Grid sets each message_id when it pushes the
         # message (after configure_train returned), and replies name it in reply_to_message_id.
         self._sent: dict[int, list[Any]] = {}
+        # Round -> its replies so far and the float64 sums of those accumulated (see _receive).
+        self._rounds: dict[int, _RoundState] = {}
+        self._last_round: int | None = None
         # Seeds of every DP-REC message received so far (8 bytes of entropy each: honest seeds do not
         # repeat), to drop a replayed one.
         self._seen_seeds: set[int] = set()
@@ -555,7 +562,7 @@ class DPRECStrategy(Strategy):
         if self.num_rounds is None:
             self.num_rounds = int(num_rounds)
         return super().start(
-            grid=grid,
+            grid=_StreamingGrid(grid, self),  # type: ignore[arg-type] - a proxy: the grid's methods, streamed train rounds
             initial_arrays=initial_arrays,
             num_rounds=num_rounds,
             timeout=timeout,
@@ -646,6 +653,10 @@ class DPRECStrategy(Strategy):
         stats = DPRECRound(server_round=server_round, num_sampled=num_sampled, num_available=num_available)
         self._pending[server_round] = stats
         self._sent[server_round] = [m.metadata for m in messages]
+        self._rounds[server_round] = _RoundState(
+            stats, self._sent[server_round], template, layout, _Sums(self.codec, template)
+        )
+        self._last_round = server_round
         self.history.append(stats)
         log(
             INFO,
@@ -875,113 +886,38 @@ class DPRECStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Decode and average the replies' DP-REC messages in one pass; apply the mean to the global arrays.
+        """Decode and average the replies' DP-REC messages; apply the mean to the global arrays.
+
+        Under :meth:`start` the replies were already decoded and accumulated as they arrived
+        (the grid's push/pull, see *Streaming* in the class docstring); this call only settles
+        the round. Called by hand, it first receives ``replies`` the same way (in the order given).
 
         The mean is over the messages kept (with Poisson sampling, a number that varies from
         round to round): at most one per train message of this round, from its node (with
         replacement, a node drawn ``k`` times may send ``k``, each answering another message);
         every other reply, and any that fails, is dropped (logged, counted in
-        ``"dprec-dropped"``; see the class docstring). A round is accounted once a DP-REC message
-        reached the server, aggregated or not (under Poisson sampling, always). Without any
-        message to aggregate it returns ``(None, None)`` if the round was not accounted, else
-        ``None`` (``sampling="without_replacement"``) or the unchanged global arrays
-        (``"poisson"``) with the DP-REC metrics.
+        ``"dprec-dropped"``; see the class docstring). Which replies are kept does not depend on
+        the order of arrival. A round is accounted once a DP-REC message reached the server,
+        aggregated or not (under Poisson sampling, always). Without any message to aggregate it
+        returns ``(None, None)`` if the round was not accounted, else ``None``
+        (``sampling="without_replacement"``) or the unchanged global arrays (``"poisson"``) with
+        the DP-REC metrics.
         """
-        replies = list(replies)
-        stats = self._pending.pop(server_round, None)
-        sent = self._sent.pop(server_round, [])
-        if stats is None:
+        state = self._rounds.pop(server_round, None)
+        self._pending.pop(server_round, None)
+        self._sent.pop(server_round, None)
+        if state is None:
             raise ValueError(f"round {server_round} was not configured by this DPRECStrategy (configure_train)")
+        if not state.streamed:
+            self._receive(state, replies)
+        stats = state.stats
+        stats.streamed = state.streamed
         if self.sampling == "poisson":
             # Every Poisson round is composed, whatever comes back (nothing, if no node was selected).
             self.accountant.step()
             stats.accounted = True
-        template = self._template
-        layout = self.codec.layout(template)
-
-        def drop(node: Any, reason: str, detail: str) -> None:
-            stats.num_rejected += 1
-            stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
-            log(WARNING, "DP-REC round %d: dropped the reply of node %s (%s): %s", server_round, node, reason, detail)
-
-        # 1. Origin: one reply per train message of this round, from its node (one per sampled node, except
-        # with replacement, where a node drawn k times has k messages).
-        ids = {m.message_id: int(m.dst_node_id) for m in sent if m.message_id}
-        sent_to = Counter(int(m.dst_node_id) for m in sent)
-        nodes = set(sent_to)
-        # Replies are grouped by the message they answer (where the grid set message ids; else by node, a node
-        # answering at most as many times as it was sent messages).
-        by_key: dict[Any, list[Message]] = {}
-        for reply in replies:
-            try:
-                node = _sender(reply, ids, nodes)
-            except Exception as exc:  # noqa: BLE001 - metadata of a malformed reply
-                node, src = None, f"? ({_describe(exc)})"
-            else:
-                src = reply.metadata.src_node_id
-                if not reply.has_error() and int(src) in nodes:
-                    # A sampled node's reply reached the server, whatever is dropped below (a copy, a
-                    # wrong id, bytes that do not parse): it may carry the node's data, so the round
-                    # is accounted.
-                    stats.accounted = True
-            if node is None:
-                drop(src, "unsolicited", "not a reply from the node of one of this round's train messages")
-            elif reply.has_error():
-                stats.num_failed += 1
-                log(INFO, "DP-REC: error reply from node %d: %s", node, _clip_text(str(reply.error.reason), 200))
-            else:
-                key = reply.metadata.reply_to_message_id if ids else node
-                by_key.setdefault(key, []).append(reply)
-        single: list[tuple[int, Message]] = []
-        for key, key_replies in by_key.items():
-            node = int(key_replies[0].metadata.src_node_id)
-            allowed = 1 if ids else sent_to[node]
-            if len(key_replies) > allowed:
-                if self.sampling != "with_replacement":
-                    what = f"node {node} replied {len(key_replies)} times this round"
-                elif ids:
-                    what = f"node {node} answered its train message {_short(key)} {len(key_replies)} times"
-                else:
-                    what = f"node {node} replied {len(key_replies)} times to {allowed} train messages this round"
-                for _ in key_replies:
-                    drop(node, "duplicate-reply", what)
-            else:
-                single.extend((node, reply) for reply in key_replies)
-
-        # 2. The DP-REC message of each (any failure drops that reply only).
-        parsed: list[tuple[int, Message, DPRECMessage, int]] = []
-        for node, reply in single:
-            try:
-                name, record, msg = _read_reply(reply, layout)
-                parsed.append((node, reply, msg, wire_nbytes(record, name)))
-            except Exception as exc:  # noqa: BLE001 - bad bytes, wrong layout, MemoryError, ...
-                drop(node, "bad-message", _describe(exc))
-
-        # 3. Seeds: each message once, and new.
-        seeds = Counter(msg.seed for _, _, msg, _ in parsed)
-        kept: list[tuple[int, Message, DPRECMessage, int]] = []
-        raw_weights: list[float] = []
-        for node, reply, msg, wire in parsed:
-            if seeds[msg.seed] > 1:
-                drop(node, "duplicate-seed", f"its seed is in {seeds[msg.seed]} replies of this round")
-                continue
-            if msg.seed in self._seen_seeds:
-                drop(node, "replayed-seed", "its seed was received in an earlier round")
-                continue
-            if self.weighted_by_key is not None:
-                try:
-                    weight = _metric(reply, self.weighted_by_key)
-                except Exception as exc:  # noqa: BLE001 - a missing, non-finite or negative weight
-                    drop(node, "bad-weight", _describe(exc))
-                    continue
-                if self.max_weight is not None and weight > self.max_weight:
-                    what = f"{self.weighted_by_key!r} = {weight:g} > max_weight = {self.max_weight:g}"
-                    drop(node, "above-max-weight", what)
-                    continue
-                raw_weights.append(weight)
-            kept.append((node, reply, msg, wire))
-        self._seen_seeds.update(seeds)
-        msgs = [msg for _, _, msg, _ in kept]
+        kept = self._settle(state)
+        msgs = [e.msg for e in kept]
         log(
             INFO,
             "aggregate_train: %d DP-REC messages, %d failures, %d dropped",
@@ -989,23 +925,14 @@ class DPRECStrategy(Strategy):
             stats.num_failed,
             stats.num_rejected,
         )
-
-        weights = None
-        if msgs and self.weighted_by_key is not None:
-            # Divided by the largest first: two claims of 1e308 would overflow the sum to inf and make
-            # every weight 0 (the model would not move, the round would still be accounted).
-            w = np.asarray(raw_weights, dtype=np.float64)
-            top = float(w.max())
-            if not top > 0.0:
-                log(WARNING, "DP-REC round %d: every weight %r is 0; no update", server_round, self.weighted_by_key)
-                msgs = []
-            else:
-                w = w / top
-                weights = w / math.fsum(w.tolist())
+        if kept and not max(e.weight for e in kept) > 0.0:
+            log(WARNING, "DP-REC round %d: every weight %r is 0; no update", server_round, self.weighted_by_key)
+            kept, msgs = [], []
         if not msgs:
             return self._no_update(stats)
-        accounting = self._account(stats)  # before aggregating: the server holds the messages now
-        mean = self.codec.aggregate(msgs, template, weights=weights)
+        accounting = self._account(stats)  # the server holds the messages: accounted before the update is applied
+        mean = state.sums.mean(kept)
+        template = state.template
         new = ArrayRecord()
         for key, arr in self.current_arrays.items():
             if key in mean:
@@ -1016,8 +943,8 @@ class DPRECStrategy(Strategy):
         stats.num_aggregated = len(msgs)
         self._record_privacy(stats, accounting)
         stats.message_bytes = tuple(m.nbytes for m in msgs)
-        stats.wire_bytes = tuple(wire for _, _, _, wire in kept)
-        stats.float32_wire_bytes = self._float32_wire_nbytes(layout, template)
+        stats.wire_bytes = tuple(e.wire for e in kept)
+        stats.float32_wire_bytes = self._float32_wire_nbytes(state.layout, template)
         if self.keep_messages:
             stats.messages = tuple(m.to_bytes() for m in msgs)
         per_client = _mean_int(stats.wire_bytes)
@@ -1036,7 +963,7 @@ class DPRECStrategy(Strategy):
             stats.float32_wire_bytes / per_client,
             self._local_text(stats),
         )
-        metrics = self._aggregate_metrics([reply for _, reply, _, _ in kept], stats)
+        metrics = self._aggregate_metrics([e.reply for e in kept], stats)
         metrics = MetricRecord() if metrics is None else metrics
         metrics = self._privacy_metrics(stats, metrics)
         metrics["dprec-clients"] = stats.num_aggregated
@@ -1044,6 +971,162 @@ class DPRECStrategy(Strategy):
         metrics["dprec-wire-bytes"] = per_client
         metrics["float32-wire-bytes"] = stats.float32_wire_bytes
         return new, self._drop_metrics(stats, metrics)
+
+    # -- streaming --------------------------------------------------------------------------
+
+    def _streaming_state(self, messages: list[Message]) -> _RoundState | None:
+        """The state of the round whose train messages ``messages`` are (those configure_train just returned)."""
+        state = self._rounds.get(self._last_round) if self._last_round is not None else None
+        if state is None or state.streamed or not messages or len(messages) != len(state.sent):
+            return None
+        if all(m.metadata is meta for m, meta in zip(messages, state.sent)):
+            return state
+        return None
+
+    def _receive(self, state: _RoundState, replies: Iterable[Message]) -> None:
+        """Read a batch of replies as they arrive: check each one's origin, parse its message, and
+        accumulate those that pass every check so far (one pass per group for the whole batch).
+
+        Provisional: a later reply may make an accumulated one a duplicate (of its train message or
+        of its seed); :meth:`_settle` then rebuilds the sums. Per-reply failures are final.
+        """
+        batch: list[_Entry] = []
+        for reply in replies:
+            entry = self._read_entry(state, reply)
+            entry.order = len(state.entries)
+            state.entries.append(entry)
+            if entry.node is None or entry.failed or entry.problem is not None:
+                continue
+            first_of_key = state.keys.get(entry.key, 0) == 0
+            state.keys[entry.key] = state.keys.get(entry.key, 0) + 1
+            seed = entry.msg.seed
+            fresh = seed not in state.seeds and seed not in self._seen_seeds
+            state.seeds[seed] = state.seeds.get(seed, 0) + 1
+            if first_of_key and fresh:
+                batch.append(entry)
+        if batch:
+            state.sums.add(batch, 1.0)
+
+    def _read_entry(self, state: _RoundState, reply: Message) -> _Entry:
+        """One reply's origin, message and weight (a failure of any is recorded, not raised)."""
+        stats = state.stats
+        try:
+            node = _sender(reply, state.ids, state.nodes)
+        except Exception as exc:  # noqa: BLE001 - metadata of a malformed reply
+            return _Entry(reply, None, f"? ({_describe(exc)})")
+        src = reply.metadata.src_node_id
+        if not reply.has_error() and int(src) in state.nodes:
+            # A sampled node's reply reached the server, whatever is dropped later (a copy, a wrong id, bytes
+            # that do not parse): it may carry the node's data, so the round is accounted.
+            stats.accounted = True
+        entry = _Entry(reply, node, src)
+        if node is None:
+            return entry
+        if reply.has_error():
+            entry.failed = True
+            return entry
+        entry.key = reply.metadata.reply_to_message_id if state.ids else node
+        try:
+            name, record, entry.msg = _read_reply(reply, state.layout)
+            entry.wire = wire_nbytes(record, name)
+        except Exception as exc:  # noqa: BLE001 - bad bytes, wrong layout, MemoryError, ...
+            entry.problem = ("bad-message", _describe(exc))
+            return entry
+        if self.weighted_by_key is not None:
+            try:
+                entry.weight = _metric(reply, self.weighted_by_key)
+            except Exception as exc:  # noqa: BLE001 - a missing, non-finite or negative weight
+                entry.problem = ("bad-weight", _describe(exc))
+                return entry
+            if self.max_weight is not None and entry.weight > self.max_weight:
+                what = f"{self.weighted_by_key!r} = {entry.weight:g} > max_weight = {self.max_weight:g}"
+                entry.problem = ("above-max-weight", what)
+        return entry
+
+    def _settle(self, state: _RoundState) -> list[_Entry]:
+        """Classify every reply of the round as the whole round shows it (independent of the order of
+        arrival), log and count the drops, subtract the accumulated replies that are dropped, and
+        accumulate any kept one not accumulated yet. Returns the kept replies in arrival order."""
+        stats = state.stats
+        server_round = stats.server_round
+
+        def drop(entry: _Entry, reason: str, detail: str) -> None:
+            stats.num_rejected += 1
+            stats.dropped[reason] = stats.dropped.get(reason, 0) + 1
+            log(
+                WARNING,
+                "DP-REC round %d: dropped the reply of node %s (%s): %s",
+                server_round,
+                entry.src,
+                reason,
+                detail,
+            )
+
+        # 1. Origin: one reply per train message of this round, from its node (one per sampled node, except
+        # with replacement, where a node drawn k times has k messages).
+        by_key: dict[Any, list[_Entry]] = {}
+        for entry in state.entries:
+            if entry.node is None:
+                drop(entry, "unsolicited", "not a reply from the node of one of this round's train messages")
+            elif entry.failed:
+                stats.num_failed += 1
+                log(
+                    INFO,
+                    "DP-REC: error reply from node %d: %s",
+                    entry.node,
+                    _clip_text(str(entry.reply.error.reason), 200),
+                )
+            else:
+                by_key.setdefault(entry.key, []).append(entry)
+        single: list[_Entry] = []
+        for key, entries in by_key.items():
+            node = entries[0].node
+            allowed = 1 if state.ids else state.sent_to[node]
+            if len(entries) > allowed:
+                if self.sampling != "with_replacement":
+                    what = f"node {node} replied {len(entries)} times this round"
+                elif state.ids:
+                    what = f"node {node} answered its train message {_short(key)} {len(entries)} times"
+                else:
+                    what = f"node {node} replied {len(entries)} times to {allowed} train messages this round"
+                for entry in entries:
+                    drop(entry, "duplicate-reply", what)
+            else:
+                single.extend(entries)
+        single.sort(key=lambda e: e.order)
+
+        # 2. Each one's message (any failure drops that reply only); 3. seeds: each message once, and new.
+        parsed = []
+        for entry in single:
+            if entry.problem is not None and entry.problem[0] == "bad-message":
+                drop(entry, *entry.problem)
+            else:
+                parsed.append(entry)
+        seeds = Counter(e.msg.seed for e in parsed)
+        kept: list[_Entry] = []
+        for entry in parsed:
+            seed = entry.msg.seed
+            if seeds[seed] > 1:
+                drop(entry, "duplicate-seed", f"its seed is in {seeds[seed]} replies of this round")
+            elif seed in self._seen_seeds:
+                drop(entry, "replayed-seed", "its seed was received in an earlier round")
+            elif entry.problem is not None:
+                drop(entry, *entry.problem)
+            else:
+                kept.append(entry)
+        self._seen_seeds.update(seeds)
+        kept_ids = {id(e) for e in kept}
+        if any(e.accumulated and id(e) not in kept_ids for e in state.entries):
+            # A reply accumulated on arrival turned out a duplicate (of its train message or of its seed): the
+            # sums are rebuilt from the kept ones (one more pass, in such rounds only) rather than subtracted,
+            # so that they are exactly the sums of the kept messages in arrival order.
+            state.sums.reset(state.entries)
+            state.sums.add(kept, 1.0)
+            return kept
+        late = [e for e in kept if not e.accumulated]
+        state.sums.add(late, 1.0)
+        # In the order they were accumulated (arrival order, those settled late last): the order of the sums.
+        return [e for e in kept if e not in late] + late if late else kept
 
     def _account(self, stats: DPRECRound) -> Any:
         """Step the accountant for a round in which a message reached the server (Poisson: stepped already)."""
@@ -1105,6 +1188,136 @@ class DPRECStrategy(Strategy):
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Delegated to the wrapped strategy."""
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One reply of a round, read once when it arrives."""
+
+    reply: Message
+    node: int | None  # the sampled node whose train message it answers; None: unsolicited (or unreadable)
+    src: Any  # its sender, for the log
+    order: int = 0  # arrival position
+    failed: bool = False  # an error reply
+    key: Any = None  # the train message it answers: its message id, or (no ids) its node
+    msg: DPRECMessage | None = None
+    wire: int = 0
+    problem: tuple[str, str] | None = None  # (reason, detail): a failure of this reply alone
+    weight: float = 1.0
+    accumulated: bool = False
+
+
+class _Sums:
+    """The round's float64 sums ``sum_c (w_c / 2^e) decode(message_c)``, one array per tensor (allocated at the
+    first add), with ``2^e`` the power of two just below the largest weight so far (1 for uniform weights).
+
+    A larger weight rescales the sums by a power of two (exact): no claimed weight, however large, overflows them,
+    and uniform weights accumulate exactly ``codec.accumulate(messages, zeros)``.
+    """
+
+    def __init__(self, codec: DPRECCodec, template: Mapping[str, np.ndarray]) -> None:
+        self._codec = codec
+        self._shapes = {k: v.shape for k, v in template.items()}
+        self._sums: dict[str, np.ndarray] | None = None
+        self._exponent: int | None = None
+
+    def add(self, entries: list[_Entry], sign: float) -> None:
+        """Add the entries' weighted decoded updates (``sign = 1``; ``-1`` subtracts) in one pass."""
+        if not entries:
+            return
+        top = max(e.weight for e in entries)
+        if top > 0.0:
+            exponent = math.frexp(top)[1] - 1  # 2^exponent <= top < 2^(exponent + 1)
+            if self._exponent is None or exponent > self._exponent:
+                if self._sums is not None and self._exponent is not None:
+                    for s in self._sums.values():
+                        np.ldexp(s, self._exponent - exponent, out=s)
+                self._exponent = exponent
+        if self._sums is None:
+            self._sums = {k: np.zeros(shape) for k, shape in self._shapes.items()}
+        weights = np.array([sign * self.scaled(e.weight) for e in entries])
+        self._codec.accumulate([e.msg for e in entries], self._sums, weights=weights)
+        for e in entries:
+            e.accumulated = sign > 0
+
+    def reset(self, entries: list[_Entry]) -> None:
+        """Back to no sums (and no entry accumulated)."""
+        self._sums, self._exponent = None, None
+        for e in entries:
+            e.accumulated = False
+
+    def scaled(self, weight: float) -> float:
+        return math.ldexp(weight, -(self._exponent or 0))
+
+    def mean(self, kept: list[_Entry]) -> dict[str, np.ndarray]:
+        """The sums divided by the kept entries' (scaled) weights, as float32."""
+        assert self._sums is not None
+        total = math.fsum(self.scaled(e.weight) for e in kept)
+        return {k: np.divide(s, total, out=s).astype(np.float32) for k, s in self._sums.items()}
+
+
+@dataclass(eq=False)
+class _RoundState:
+    """What :class:`DPRECStrategy` knows of a round between configure_train and aggregate_train."""
+
+    stats: DPRECRound
+    sent: list[Any]  # the train messages' metadata (a Grid sets their message ids when it pushes them)
+    template: dict[str, np.ndarray]
+    layout: Layout
+    sums: _Sums
+    streamed: bool = False  # the replies were received as they arrived (start's grid)
+    entries: list[_Entry] = field(default_factory=list)
+    keys: dict[Any, int] = field(default_factory=dict)  # train message -> replies so far
+    seeds: dict[int, int] = field(default_factory=dict)  # seed -> replies so far
+    _ids: dict[str, int] | None = None
+
+    @property
+    def ids(self) -> dict[str, int]:
+        """Message id -> destination node of the train messages (read at the first reply: set at push time)."""
+        if self._ids is None:
+            self._ids = {m.message_id: int(m.dst_node_id) for m in self.sent if m.message_id}
+        return self._ids
+
+    @property
+    def sent_to(self) -> Counter:
+        return Counter(int(m.dst_node_id) for m in self.sent)
+
+    @property
+    def nodes(self) -> set[int]:
+        return {int(m.dst_node_id) for m in self.sent}
+
+
+class _StreamingGrid:
+    """The grid :meth:`DPRECStrategy.start` hands to Flower's loop: the round's train messages are pushed and
+    their replies pulled, each batch decoded and accumulated as it arrives; everything else is the grid's."""
+
+    def __init__(self, grid: Grid, strategy: DPRECStrategy) -> None:
+        self._grid = grid
+        self._strategy = strategy
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        messages = list(messages)
+        state = self._strategy._streaming_state(messages)
+        if state is None:
+            return self._grid.send_and_receive(messages, timeout=timeout)
+        state.streamed = True
+        waiting = set(self._grid.push_messages(messages))
+        del messages
+        end = time.time() + (timeout if timeout is not None else 0.0)
+        replies: list[Message] = []
+        interval = float(getattr(self._grid, "pull_interval", 0.1) or 0.1)
+        while waiting and (timeout is None or time.time() < end):
+            batch = list(self._grid.pull_messages(waiting))
+            if batch:
+                replies.extend(batch)
+                waiting.difference_update(m.metadata.reply_to_message_id for m in batch)
+                self._strategy._receive(state, batch)
+            else:
+                time.sleep(interval)
+        return replies
 
 
 class _NodesGrid:

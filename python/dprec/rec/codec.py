@@ -692,6 +692,52 @@ class DPRECCodec:
             kernels.stream_normals(out, msg.seed, msg.indices[g.group], g.group, 0, 0, scale)
         return rebuild(tree, outs, torch_flags)
 
+    def accumulate(self, messages: Sequence[Any], out: Any, weights: Any = None) -> Any:
+        """Add many clients' weighted decoded updates to float64 sums, in place: a server's streaming step.
+
+        ``out += sum_c weights[c] * decode(messages[c])``, each element accumulated in float64
+        in message order exactly as :meth:`aggregate` does (``rec.accumulate``), so a server can
+        decode replies as they arrive, one batch at a time, holding one float64 array per tensor
+        whatever the number of clients. Calls over batches ``m1``, ``m2`` give the same sums as
+        one call over ``m1 + m2``. ``aggregate(ms, template, weights=w)`` equals
+        ``float32(accumulate(ms, zeros, weights=w))``.
+
+        Parameters
+        ----------
+        messages : iterable of DPRECMessage (or their bytes)
+            Non-empty; all must match this codec and ``out``'s names and shapes.
+        out : float64 array, tensor, Mapping[str, array] or sequence of arrays
+            The sums, updated in place (C-contiguous, writeable float64; NumPy on the host, or
+            arrays on one GPU); its names and shapes are the template's.
+        weights : array_like of float, shape (len(messages),), optional
+            Finite weights (default 1 each: the sum); negative weights subtract.
+
+        Returns
+        -------
+        ``out``.
+        """
+        messages = message_list(messages, (DPRECMessage,), "DPRECMessage")
+        n = len(messages)
+        tree = flatten(out, "out")
+        leaves, _ = leaf_arrays(tree, "out")
+        for label, a in zip(tree.labels, leaves):
+            if a.dtype != "float64":
+                raise TypeError(f"{label} must be float64 (the accumulator of the sums), got {a.dtype}")
+            if a.readonly or (not a.on_gpu and not a.host.flags.c_contiguous):
+                raise ValueError(f"{label} must be a C-contiguous, writeable array")
+        kernels = _dispatch.select(self._backend, leaves[0], "out")
+        layout = self._make_layout(tree.names, [a.shape for a in leaves], tree.labels)
+        msgs = [self._check_message(m, layout, f"messages[{i}]") for i, m in enumerate(messages)]
+        w = np.ones(n) if weights is None else weights  # checked by _client_params, against the float64 maximum
+        seeds = np.array([m.seed for m in msgs], dtype=np.uint64)
+        idx = np.array([m.indices for m in msgs], dtype=np.uint32)  # (n, G)
+        for g in layout.groups:
+            _, seeds_g, indices_g, coefs = rec._client_params(
+                g.group, seeds, idx[:, g.group], self._sigma, w, np.float64
+            )
+            kernels.accumulate(leaves[g.tensor].flat(g.start, g.size), g.group, seeds_g, indices_g, coefs)
+        return out
+
     def aggregate(self, messages: Sequence[Any], template: Any, weights: Any = None) -> Any:
         """Weighted sum of many clients' decoded updates, in one pass per group.
 
