@@ -8,7 +8,8 @@ Modules
 dprec.accounting.dprec_rec
     DP-REC: central and local epsilon, delta, calibration of ``c = C / sigma`` for clients
     sampled with replacement (the paper's model), by Poisson sampling or without replacement
-    (:data:`SAMPLING_SCHEMES`); :class:`DPRECRoundAccountant` for a server loop.
+    (:data:`SAMPLING_SCHEMES`); :class:`DPRECRoundAccountant` for a server loop (with
+    ``quantile_noise``, adaptive clipping's noisy quantile bits too: :func:`quantile_bits_rdp`).
 dprec.accounting.rdp
     Sampled Gaussian RDP (with and without replacement) and RDP -> (eps, delta) conversions.
 dprec.accounting.baselines

@@ -17,6 +17,9 @@ Entry points
     numbers exactly.
 :func:`dprec_step_rdp`, :func:`rec_message_log_moments`, :func:`rec_total_variation`
     The per-step Renyi curves and REC's per-message bounds behind them.
+:func:`quantile_bits_rdp`
+    The Renyi cost of adaptive clipping's noisy quantile bits (one per message), which the round
+    accountant adds with ``quantile_noise``.
 
 Arguments the functions share: ``threat_model`` (``"server"``, the default: the observer knows
 which client sent each message; ``"messages"``: every message, not the sender; ``"central"``: the
@@ -94,6 +97,7 @@ __all__ = [
     "dprec_overhead",
     "dprec_reverse_rdp",
     "dprec_step_rdp",
+    "quantile_bits_rdp",
     "rec_message_log_moments",
     "rec_total_variation",
 ]
@@ -934,13 +938,54 @@ def _both_tails(forward: np.ndarray, rev: np.ndarray, alphas: np.ndarray, delta_
     return float(er[i_r]), i_r
 
 
+def _check_quantile_noise(value: Any) -> float:
+    """``quantile_noise``: a finite real number > 0 (TypeError for a non-number, bools included)."""
+    return check_positive(value, "quantile_noise")
+
+
+def quantile_bits_rdp(quantile_noise: float, orders: Any, messages_per_round: int = 1) -> np.ndarray:
+    """Renyi cost of one round of adaptive clipping's noisy quantile bits, per order (both directions).
+
+    With adaptive clipping (Andrew et al. 2021) every client message carries one noisy bit
+    ``1[||update|| <= C_t] + N(0, s^2)``, ``s = quantile_noise`` (in bit units, drawn by the client).
+    The bit has sensitivity 1 (a zero update has norm 0, so its bit is 1; the target's is 0 or 1),
+    so one bit costs the Gaussian's ``a / (2 s^2)`` at order ``a``, in both directions. A round
+    in which one client sends at most ``k = messages_per_round`` messages (1 for ``"poisson"`` and
+    ``"without_replacement"``, ``B`` for ``"with_replacement"``) costs at most ``k a / (2 s^2)``,
+    added unamplified to the round's REC curves (chain rule of the Renyi divergence; see
+    :class:`DPRECRoundAccountant` and the *Which guarantee do I have?* page, section 4.10).
+
+    Parameters
+    ----------
+    quantile_noise : float
+        ``s > 0``, the standard deviation of the noise on each bit.
+    orders : sequence of float
+        Renyi orders ``> 1`` (``None``: :data:`DPREC_DEFAULT_ORDERS`).
+    messages_per_round : int
+        ``k``, the most messages (hence bits) one client sends in a round.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``k a / (2 s^2)`` per order (``inf`` where it overflows, at absurdly small ``s``).
+    """
+    s = _check_quantile_noise(quantile_noise)
+    alphas = check_orders(DPREC_DEFAULT_ORDERS if orders is None else orders)
+    k = check_count(messages_per_round, "messages_per_round")
+    with np.errstate(over="ignore", divide="ignore"):  # s^2 under- or overflows: inf or 0, both correct limits
+        return k * (alphas / 2.0) / (s * s)
+
+
 def _local_epsilon_k(
-    c: float, k: int, delta: float, bits: Optional[int], alphas: np.ndarray, groups: Optional[int] = None
+    c: float, k: int, delta: float, bits: Optional[int], alphas: np.ndarray, groups: Optional[int] = None,
+    quantile_noise: Optional[float] = None,
 ) -> float:
     """Epsilon of ``k`` messages of one client seen by the server, both tails.
 
     ``bits=None``: Gaussian messages, RDP ``k a c^2 / 2`` both ways. Otherwise DP-REC's messages as
-    sent (seed and index): ``k`` times :func:`rec_message_log_moments` over ``a - 1``.
+    sent (seed and index): ``k`` times :func:`rec_message_log_moments` over ``a - 1``. With
+    ``quantile_noise`` each message also carries a noisy quantile bit: ``k a / (2 s^2)`` more, both
+    ways (the bit is independent of the message given the update: Renyi divergences of a product add).
     """
     if k == 0:
         return 0.0
@@ -950,6 +995,9 @@ def _local_epsilon_k(
     else:
         log_f, log_r = rec_message_log_moments(c, alphas, _rec_candidates(bits, groups))
         forward, rev = k * log_f / (alphas - 1.0), k * log_r / (alphas - 1.0)
+    if quantile_noise is not None:
+        extra = quantile_bits_rdp(quantile_noise, alphas, k)
+        forward, rev = forward + extra, rev + extra
     return _both_tails(forward, rev, alphas, delta / 2.0)[0]
 
 
@@ -1031,18 +1079,23 @@ def _max_participations(steps: int, q: float, tail: float) -> int:
 def _local_guarantee(
     c: float, delta: float, bits: Optional[int], alphas: np.ndarray, *, steps: int, q: float,
     expected: Optional[float] = None, tail: Optional[float] = None, groups: Optional[int] = None,
+    quantile_noise: Optional[float] = None,
 ) -> LocalGuarantee:
-    """Contract item 8: per message, over the expected participations, over a high-probability maximum."""
+    """Contract item 8: per message, over the expected participations, over a high-probability maximum.
+
+    ``quantile_noise``: each message also carries a noisy quantile bit (:func:`quantile_bits_rdp`).
+    """
     tail = delta / 10.0 if tail is None else tail
     mean = steps * q if expected is None else expected
     expected_k = max(1, math.ceil(mean - 1e-9 * mean))
     k_max = _max_participations(steps, q, tail)
+    s = quantile_noise
     return LocalGuarantee(
-        per_message=_local_epsilon_k(c, 1, delta, bits, alphas, groups),
+        per_message=_local_epsilon_k(c, 1, delta, bits, alphas, groups, s),
         expected_participations=expected_k,
-        epsilon_expected=_local_epsilon_k(c, expected_k, delta, bits, alphas, groups),
+        epsilon_expected=_local_epsilon_k(c, expected_k, delta, bits, alphas, groups, s),
         max_participations=k_max,
-        epsilon_max=_local_epsilon_k(c, k_max, delta, bits, alphas, groups),
+        epsilon_max=_local_epsilon_k(c, k_max, delta, bits, alphas, groups, s),
         delta_max=delta + tail,
         tail_probability=tail,
     )
@@ -1678,7 +1731,33 @@ class DPRECRoundAccountant:
     ``method="paper"`` applies the bit-width rule (see *Which guarantee do I have?*, section 5),
     ``"central"`` with ``bits`` takes the better of two routes (the Gaussian curves plus REC's
     total-variation cost, or the message observer's bound, which holds centrally by
-    post-processing), so it needs no check either; nor do the server and message observers::
+    post-processing), so it needs no check either; nor do the server and message observers.
+
+    **Adaptive clipping** (``quantile_noise=s``, ``method="sound"`` only). Each message then also
+    carries one noisy bit ``1[||update|| <= C_t] + N(0, s^2)`` (Andrew et al. 2021), independent of
+    the message given the update; ``c = C_t / sigma_t`` stays fixed, so REC's curves are unchanged
+    and the bits are an extra release. Every step adds ``a / (2 s^2)``
+    (:func:`quantile_bits_rdp`), unamplified, to the forward and reverse curves of every finite
+    (threat model, relation): ``k a / (2 s^2)`` per round, ``k`` the most messages one client sends
+    in a round (``B`` with replacement, where a step is a slot; 1 otherwise). Proof sketch (the
+    docs' section 4.10): by the chain rule of the Renyi divergence,
+    ``D_a(P_XY || Q_XY) <= D_a(P_X || Q_X) + sup_x D_a(P_Y|x || Q_Y|x)``, with ``X`` a step's
+    REC view and ``Y`` its bits. Given ``X``, the bits are mixtures of ``N(mu, s^2)`` with every
+    ``mu`` in [0, 1] in both worlds, one bit per slot (server: only the target's bits differ,
+    each by at most 1), so each costs at most ``a / (2 s^2)`` by joint convexity; Poisson and
+    without-replacement ``"messages"``/``"central"`` use the server's curves, and get the bits'
+    cost through the server's view (post-processing). In log-moments (``(a - 1)`` times Renyi),
+    with ``f(x) = log(1 - q + q e^x)``, ``x`` a message's and ``y = (a - 1) a / (2 s^2)`` a bit's,
+    the exact attributed round with its bit is ``f(x + y)`` (a product kernel: log-moments add),
+    and ``f(x + y) <= f(x) + y`` for ``y >= 0`` (as ``1 - q <= (1 - q) e^y``): adding the bits
+    unamplified is an upper bound. Accounting them as a separately subsampled mechanism,
+    ``f(x) + f(y)``, would be unsound: the participation event is shared, and
+    ``f(x) + f(y) <= f(x + y)`` (``e^f(x+y) - e^(f(x)+f(y)) = q (1 - q) (e^x - 1) (e^y - 1) >= 0``).
+    For ``"central"`` with
+    ``bits``, REC's total-variation cost is unchanged: the bits are the same kernel in the REC and
+    Gaussian runs. The local guarantee adds ``a / (2 s^2)`` per message. Where the curves are
+    ``inf`` with a reason they stay so. With ``quantile_noise``, ``T`` rounds no longer equal
+    :func:`dprec_epsilon` (which has no bits)::
 
         acc = codec.accountant(template, num_clients=100, clients_per_round=10, delta=1e-5,
                                sampling="without_replacement", rounds=500)
@@ -1717,12 +1796,21 @@ class DPRECRoundAccountant:
         exact Poisson round at rate ``q`` (above) and counts ``ceil(q N)`` messages in ``rho`` (the expected number,
         rounded up; exactly ``q N`` when that is an integer, so ``sampling_rate=B/N`` gives the
         same numbers as ``clients_per_round=B``). :attr:`clients_per_round` is then ``ceil(q N)``.
+    threat_model, relation, method :
+        As in :func:`dprec_epsilon`.
+    quantile_noise : float, optional
+        ``s > 0``: every message also carries adaptive clipping's noisy quantile bit with noise
+        ``N(0, s^2)`` (above). ``None`` (default): no bits, the numbers are unchanged.
 
     Raises
     ------
     ValueError
         For invalid parameters (named), and, with ``rounds``, when the planned run's overhead
-        reaches delta (naming ``bits``). Warns :class:`DPRECPrivacyWarning` above 10% of delta.
+        reaches delta (naming ``bits``); ``quantile_noise`` with ``method="paper"`` (the paper's
+        algorithm has no bits), naming ``quantile_noise``. Warns :class:`DPRECPrivacyWarning`
+        above 10% of delta.
+    TypeError
+        For a ``quantile_noise`` that is not a real number (bools included).
     """
 
     def __init__(
@@ -1742,6 +1830,7 @@ class DPRECRoundAccountant:
         threat_model: Optional[str] = None,
         relation: Optional[str] = None,
         method: str = "sound",
+        quantile_noise: Optional[float] = None,
     ) -> None:
         self._c = _check_clip_multiplier(clip_multiplier)
         self._bits = None if bits is None else check_bits(bits)
@@ -1749,6 +1838,13 @@ class DPRECRoundAccountant:
         self._delta = check_delta(delta)
         self._sampling = _check_sampling(sampling)
         self._method, self._threat_model, self._relation = _resolve(method, threat_model, relation, self._sampling)
+        self._quantile_noise = None if quantile_noise is None else _check_quantile_noise(quantile_noise)
+        if self._quantile_noise is not None and self._method == "paper":
+            raise ValueError(
+                "quantile_noise is only for method='sound': the paper's Algorithm 7 has no adaptive clipping "
+                f"(got quantile_noise={quantile_noise!r} with method='paper'); pass quantile_noise=None or "
+                "method='sound'"
+            )
         self._rate: Optional[float] = None
         if sampling_rate is None:
             if clients_per_round is None:
@@ -1763,6 +1859,8 @@ class DPRECRoundAccountant:
         if self._groups is not None and self._bits is not None and self._groups > self._bits:
             raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {groups} > {bits}")
         self._alphas = _orders(orders)
+        # Adaptive clipping's bits: a / (2 s^2) per step (a slot with replacement, a round otherwise).
+        self._bits_rdp = None if self._quantile_noise is None else quantile_bits_rdp(self._quantile_noise, self._alphas)
         self._planned = None if rounds is None else check_count(rounds, "rounds")
         if self._reverse == "exact" and self._sampling == "with_replacement":
             # The exact reverse term has a limit on c: fail now rather than at the first step.
@@ -1849,10 +1947,10 @@ class DPRECRoundAccountant:
                 observers = [self._threat_model]
                 if self._threat_model == "central" and self._bits is not None:
                     observers.append("messages")
+                rec = _rec_candidates(self._bits, self._groups)
                 self._curves[key] = {
-                    (tm, rel): _sound_curves(self._c, key_rate, self._alphas, threat_model=tm,
-                                             relation=rel, sampling=self._sampling, n=self._n,
-                                             rec=_rec_candidates(self._bits, self._groups))
+                    (tm, rel): self._with_bits(_sound_curves(self._c, key_rate, self._alphas, threat_model=tm,
+                                                             relation=rel, sampling=self._sampling, n=self._n, rec=rec))
                     for tm in observers for rel in RELATIONS
                 }
             elif isinstance(key, float):
@@ -1881,7 +1979,7 @@ class DPRECRoundAccountant:
             expected = rate_sum
             q_max = max(k if isinstance(k, float) else k / self._n for k in sizes)
         local = _local_guarantee(self._c, self._delta, self._bits, self._alphas, steps=steps, q=q_max, groups=self._groups,
-                                 expected=expected)
+                                 expected=expected, quantile_noise=self._quantile_noise)
         if self._method == "paper":
             forward, rev = self._compose(units, None)
             result = _result(
@@ -1910,10 +2008,23 @@ class DPRECRoundAccountant:
                 result = _central_rec(route, payable)
             else:
                 result = route(tm)
+            if self._quantile_noise is not None:
+                per = "slot (B per round)" if self._sampling == "with_replacement" else "round"
+                result = _replace(result, composition=result.composition + (
+                    f"; plus adaptive clipping's noisy quantile bits (one per message, noise std "
+                    f"quantile_noise = {self._quantile_noise:g}): a / (2 s^2) per {per}, unamplified, added to "
+                    "both curves (chain rule); the local guarantee includes them"
+                ))
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
         self._rate_sum = rate_sum
         self._accounting = result
         return result
+
+    def _with_bits(self, entry: "tuple[np.ndarray, np.ndarray] | str") -> "tuple[np.ndarray, np.ndarray] | str":
+        """A step's sound curves plus the quantile bits' ``a / (2 s^2)`` (reasons and no bits: unchanged)."""
+        if self._bits_rdp is None or isinstance(entry, str):
+            return entry
+        return entry[0] + self._bits_rdp, entry[1] + self._bits_rdp
 
     def _compose(self, units: dict, relation: Any) -> tuple[np.ndarray, np.ndarray]:
         forward = np.zeros(self._alphas.shape)
@@ -2016,11 +2127,17 @@ class DPRECRoundAccountant:
         """Groups per message, if given."""
         return self._groups
 
+    @property
+    def quantile_noise(self) -> Optional[float]:
+        """Noise std ``s`` of adaptive clipping's quantile bits (None: no bits accounted)."""
+        return self._quantile_noise
+
     def __repr__(self) -> str:
+        qn = "" if self._quantile_noise is None else f", quantile_noise={self._quantile_noise!r}"
         return (
             f"DPRECRoundAccountant(sampling={self._sampling!r}, num_clients={self._n}, "
-            f"clients_per_round={self._b}, clip_multiplier={self._c!r}, bits={self._bits}, delta={self._delta!r}, "
-            f"rounds={self._rounds}, epsilon={self.epsilon:.6g})"
+            f"clients_per_round={self._b}, clip_multiplier={self._c!r}, bits={self._bits}, delta={self._delta!r}"
+            f"{qn}, rounds={self._rounds}, epsilon={self.epsilon:.6g})"
         )
 
 

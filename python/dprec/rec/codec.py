@@ -597,6 +597,7 @@ class DPRECCodec:
         threat_model: str | None = None,
         relation: str | None = None,
         method: str = "sound",
+        quantile_noise: float | None = None,
     ) -> DPRECRoundAccountant:
         """A :class:`dprec.accounting.DPRECRoundAccountant` for a server loop using this codec.
 
@@ -609,7 +610,10 @@ class DPRECCodec:
         ``sampling="poisson"`` give either ``clients_per_round`` (the expected count, rate
         ``B / N``) or the rate itself as ``sampling_rate``. ``threat_model`` (default ``"server"``),
         ``relation`` (default ``"zero"``) and ``method`` (default ``"sound"``) are passed through
-        as in :meth:`epsilon`.
+        as in :meth:`epsilon`. ``quantile_noise`` (``s > 0``, ``method="sound"`` only): every message
+        also carries adaptive clipping's noisy quantile bit ``1[||update|| <= C] + N(0, s^2)``, whose
+        cost ``a / (2 s^2)`` per message is added to the accounting
+        (:func:`dprec.accounting.quantile_bits_rdp`); ``None`` (default): no bits.
 
         Returns
         -------
@@ -618,7 +622,8 @@ class DPRECCodec:
         Raises
         ------
         ValueError
-            As :meth:`epsilon` (named arguments with the valid choices).
+            As :meth:`epsilon` (named arguments with the valid choices); a ``quantile_noise`` that
+            is not finite and > 0, or given with ``method="paper"``, naming ``quantile_noise``.
         """
         from ..accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
@@ -627,7 +632,7 @@ class DPRECCodec:
             clip_multiplier=self._clip_multiplier, bits=_accounting_bits(layout, method), num_clients=num_clients,
             clients_per_round=clients_per_round, delta=delta, sampling=sampling, reverse=reverse, rounds=rounds,
             groups=layout.num_groups, sampling_rate=sampling_rate, threat_model=threat_model, relation=relation,
-            method=method,
+            method=method, quantile_noise=quantile_noise,
         )
 
     # -- server ---------------------------------------------------------------------------
