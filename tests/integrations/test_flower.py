@@ -378,7 +378,7 @@ def reference_epsilons(codec, template, *, rounds, num_clients, clients_per_roun
 def test_strategy_round_by_hand():
     codec = make_codec()
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_rounds=2,
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False, num_rounds=2,
         keep_messages=True,
     )
     grid = StaticGrid(6)
@@ -427,7 +427,7 @@ def test_strategy_round_by_hand():
 
 def test_strategy_skips_bad_replies_and_returns_none_without_messages():
     codec = make_codec()
-    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_rounds=3)
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False, num_rounds=3)
     grid = StaticGrid(3)
     messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), grid))
     good = answer(messages[:1])
@@ -455,7 +455,7 @@ def test_strategy_skips_bad_replies_and_returns_none_without_messages():
 def test_strategy_weighted_by_key():
     codec = make_codec()
     strategy = DPRECStrategy(
-        FedAvg(min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, weighted_by_key="w", keep_messages=True
+        FedAvg(min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False, weighted_by_key="w", keep_messages=True
     )
     grid = StaticGrid(2)
     arrays = initial_arrays()
@@ -477,7 +477,7 @@ def test_strategy_refuses_a_sample_larger_than_n_before_sending():
     # refuses it before returning any message.
     codec = make_codec()
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_rounds=3
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False, num_rounds=3
     )
     grid = StaticGrid(4)
     messages = list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), grid))
@@ -499,7 +499,7 @@ def test_strategy_refuses_a_sample_larger_than_n_before_sending():
 
     # With num_clients given, a first round sampling more than it is refused the same way.
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, num_clients=4
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False, num_clients=4
     )
     with pytest.raises(ValueError, match="given as num_clients") as info:
         strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(20))
@@ -509,28 +509,28 @@ def test_strategy_refuses_a_sample_larger_than_n_before_sending():
 def test_strategy_arguments():
     codec = make_codec()
     with pytest.raises(TypeError, match="strategy"):
-        DPRECStrategy(object(), codec, delta=DELTA)
+        DPRECStrategy(object(), codec, delta=DELTA, adaptive_clipping=False)
     with pytest.raises(TypeError, match="codec"):
-        DPRECStrategy(FedAvg(), "codec", delta=DELTA)
+        DPRECStrategy(FedAvg(), "codec", delta=DELTA, adaptive_clipping=False)
     with pytest.raises(ValueError, match="delta"):
-        DPRECStrategy(FedAvg(), codec, delta=1.5)
+        DPRECStrategy(FedAvg(), codec, delta=1.5, adaptive_clipping=False)
     with pytest.raises(ValueError, match="num_rounds"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, num_rounds=0)
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, num_rounds=0)
     with pytest.raises(ValueError, match="reverse"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="loose")
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, reverse="loose")
     # A bad reverse is refused by the constructor, not at round 1; "exact" is accepted in both modes.
     with pytest.raises(ValueError, match="reverse"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="both")
-    assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact")
-    assert DPRECStrategy(FedAvg(), codec, delta=DELTA, reverse="exact", sampling="poisson", sampling_rate=0.5)
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, reverse="both")
+    assert DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, reverse="exact")
+    assert DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, reverse="exact", sampling="poisson", sampling_rate=0.5)
     # Against a central observer, bits too few to pay REC's total-variation cost fall back on the message
     # observer's bound (it holds centrally by post-processing); the server's (default) bound holds for any bits.
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
-    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50,
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, adaptive_clipping=False, num_rounds=50,
                              threat_model="central")
     assert len(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3)))) == 3
     assert strategy.accountant.threat_model == "central"
-    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, num_rounds=50)
+    strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=1), few_bits, delta=1e-6, adaptive_clipping=False, num_rounds=50)
     assert len(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3)))) == 3
     assert strategy.accountant.threat_model == "server" and strategy.accountant.overhead == 0.0
 
@@ -567,7 +567,7 @@ def test_strategy_logs_and_reports_the_threat_model():
     # Defaults: the sound DP-REC accounting against the server (it knows which node sent each message),
     # zero-out relation; both relations in the stats and the metrics, the threat model in the log line.
     codec = make_codec()
-    strategy = DPRECStrategy(FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA)
+    strategy = DPRECStrategy(FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False)
     assert (strategy.threat_model, strategy.relation, strategy.method) == ("server", "zero", "sound")
     assert strategy.guarantee is None
     with FlowerLog() as flog:
@@ -598,7 +598,7 @@ def test_strategy_logs_and_reports_the_threat_model():
 def test_strategy_without_a_guarantee_logs_inf_with_the_reason(sampling):
     kwargs = dict(sampling="poisson", sampling_rate=0.5, rng=np.random.default_rng(1)) if sampling == "poisson" else {}
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA, adaptive_clipping=False,
         relation="add_remove", **kwargs,
     )
     with FlowerLog() as flog:
@@ -618,7 +618,7 @@ def test_strategy_passes_the_threat_model_down(threat_model):
     # 18 bits per group over two groups; make_codec's 11 groups x 7 bits could not pay it.
     codec = DPRECCodec(sigma=SIGMA, clip_multiplier=0.2, bits=18) if threat_model == "central" else make_codec()
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA,
+        FedAvg(fraction_train=0.5, min_available_nodes=1, min_train_nodes=1), codec, delta=DELTA, adaptive_clipping=False,
         threat_model=threat_model,
     )
     _, metrics = one_round(strategy)
@@ -641,7 +641,7 @@ def test_strategy_passes_the_threat_model_down(threat_model):
 )
 def test_strategy_refuses_bad_privacy_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, **kwargs)
+        DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False, **kwargs)
 
 
 # --------------------------------------------------------------------------------------
@@ -652,7 +652,7 @@ def test_strategy_refuses_bad_privacy_arguments(kwargs, match):
 def poisson_strategy(rate=0.3, seed=0, strategy=None, **kwargs) -> DPRECStrategy:
     inner = FedAvg(min_available_nodes=1, min_train_nodes=1) if strategy is None else strategy
     return DPRECStrategy(
-        inner, make_codec(), delta=DELTA, sampling="poisson", sampling_rate=rate, rng=np.random.default_rng(seed),
+        inner, make_codec(), delta=DELTA, adaptive_clipping=False, sampling="poisson", sampling_rate=rate, rng=np.random.default_rng(seed),
         **kwargs,
     )
 
@@ -684,7 +684,7 @@ def test_poisson_selection_frequency():
     # Selection reads only the generator: the same seed selects the same nodes, a fresh (OS-seeded) one does not.
     a, b = poisson_strategy(rate, seed=5), poisson_strategy(rate, seed=5)
     assert [a.select_nodes(grid.nodes) for _ in range(20)] == [b.select_nodes(grid.nodes[::-1]) for _ in range(20)]
-    fresh = [DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, sampling="poisson", sampling_rate=0.5) for _ in "ab"]
+    fresh = [DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False, sampling="poisson", sampling_rate=0.5) for _ in "ab"]
     assert fresh[0]._rng.bit_generator.seed_seq.entropy != fresh[1]._rng.bit_generator.seed_seq.entropy
     assert poisson_strategy(1.0).select_nodes([3, 1, 2, 3]) == [1, 2, 3]
 
@@ -755,34 +755,34 @@ def test_poisson_strategy_that_ignores_the_selection():
 def test_poisson_arguments():
     codec = make_codec()
     with pytest.raises(ValueError, match="sampling"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement")
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement")
     with pytest.raises(ValueError, match="sampling_rate"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson")
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="poisson")
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ValueError, match="sampling_rate"):
-            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson", sampling_rate=bad)
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="poisson", sampling_rate=bad)
     for bad in ("0.1", True):
         with pytest.raises(TypeError, match="sampling_rate"):
-            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson", sampling_rate=bad)
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="poisson", sampling_rate=bad)
     with pytest.raises(TypeError, match="rng"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="poisson", sampling_rate=0.1, rng=7)
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="poisson", sampling_rate=0.1, rng=7)
     with pytest.raises(ValueError, match="sampling_rate"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling_rate=0.1)
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling_rate=0.1)
     with pytest.raises(ValueError, match="rng"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, rng=np.random.default_rng(0))
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="select_nodes"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA).select_nodes([1, 2])
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False).select_nodes([1, 2])
     # A central observer with too few bits for REC's total-variation cost: the message observer's bound (post-
     # processing) is accounted, no error; the server's (default) bound needs no check either.
     few_bits = DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=2)
     strategy = DPRECStrategy(
-        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5,
+        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, adaptive_clipping=False, num_rounds=50, sampling="poisson", sampling_rate=0.5,
         threat_model="central", rng=np.random.default_rng(0),  # a seeded draw: the round has participants
     )
     assert list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3)))
     assert strategy.accountant.threat_model == "central"
     strategy = DPRECStrategy(
-        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, num_rounds=50, sampling="poisson", sampling_rate=0.5,
+        FedAvg(min_available_nodes=1), few_bits, delta=1e-6, adaptive_clipping=False, num_rounds=50, sampling="poisson", sampling_rate=0.5,
         rng=np.random.default_rng(0),
     )
     strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(3))
@@ -824,7 +824,7 @@ def with_blob(reply, blob):
 def uniform_round(nodes=3, **kwargs):
     """A strategy that samples every one of ``nodes`` nodes, its round-1 messages (pushed) and honest replies."""
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA, adaptive_clipping=False,
         keep_messages=True, **kwargs,
     )
     messages = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(nodes))))
@@ -998,7 +998,7 @@ def test_weights_above_max_weight_are_dropped():
     assert new is None and metrics["dprec-dropped.above-max-weight"] == 2 and metrics["dprec-clients"] == 0
     for bad, exc in ((0.0, ValueError), (float("inf"), ValueError), ("1e6", TypeError), (True, TypeError)):
         with pytest.raises(exc, match="max_weight"):
-            DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, max_weight=bad)
+            DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False, max_weight=bad)
 
 
 def test_one_reply_without_num_examples_drops_only_its_metrics():
@@ -1260,7 +1260,7 @@ def test_flower_simulation():
             # min_available_nodes; this makes B = 3 even if a node connects late.
             FedAvg(fraction_train=0.6, fraction_evaluate=0.4, min_train_nodes=3, min_available_nodes=NUM_NODES),
             codec,
-            delta=DELTA,
+            delta=DELTA, adaptive_clipping=False,
             keep_messages=True,
         )
     )
@@ -1301,7 +1301,7 @@ def test_flower_simulation_poisson():
             # fraction_train and min_train_nodes are not used under Poisson sampling; min_available_nodes is.
             FedAvg(fraction_train=0.2, fraction_evaluate=0.4, min_available_nodes=NUM_NODES),
             codec,
-            delta=DELTA,
+            delta=DELTA, adaptive_clipping=False,
             keep_messages=True,
             sampling="poisson",
             sampling_rate=POISSON_RATE,
@@ -1372,7 +1372,7 @@ def test_flower_simulation_drops_a_replayed_message():
         lambda: RecordingStrategy(
             FedAvg(fraction_train=1.0, fraction_evaluate=0.4, min_train_nodes=NUM_NODES, min_available_nodes=NUM_NODES),
             make_codec(),
-            delta=DELTA,
+            delta=DELTA, adaptive_clipping=False,
             keep_messages=True,
         ),
         mods=(replay_mod, dprec_mod),
@@ -1437,7 +1437,7 @@ def test_default_encode_caps_grow_with_the_model():
 
 def wr_strategy(b, **kwargs) -> DPRECStrategy:
     return DPRECStrategy(
-        FedAvg(min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA, sampling="with_replacement",
+        FedAvg(min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA, adaptive_clipping=False, sampling="with_replacement",
         clients_per_round=b, keep_messages=True, **kwargs,
     )
 
@@ -1559,24 +1559,24 @@ def test_with_replacement_draws_from_os_entropy():
 def test_with_replacement_arguments():
     codec = make_codec()
     with pytest.raises(ValueError, match="clients_per_round is required for sampling='with_replacement'"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement")
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement")
     for bad in (0, -3, 2**53 + 1):
         with pytest.raises(ValueError, match="clients_per_round"):
-            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=bad)
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement", clients_per_round=bad)
     for bad in (2.0, "3", True):
         with pytest.raises(TypeError, match="clients_per_round"):
-            DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=bad)
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement", clients_per_round=bad)
     for kwargs in (dict(), dict(sampling="poisson", sampling_rate=0.5)):
         with pytest.raises(ValueError, match="clients_per_round is only used with sampling='with_replacement'"):
-            DPRECStrategy(FedAvg(), codec, delta=DELTA, clients_per_round=3, **kwargs)
+            DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, clients_per_round=3, **kwargs)
     with pytest.raises(ValueError, match="sampling_rate"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=3,
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement", clients_per_round=3,
                       sampling_rate=0.5)
     with pytest.raises(ValueError, match="rng"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=3,
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement", clients_per_round=3,
                       rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="method='paper'"):
-        DPRECStrategy(FedAvg(), codec, delta=DELTA, sampling="with_replacement", clients_per_round=3,
+        DPRECStrategy(FedAvg(), codec, delta=DELTA, adaptive_clipping=False, sampling="with_replacement", clients_per_round=3,
                       method="paper")
     # B may exceed N with replacement (no refusal, unlike sampling without replacement).
     strategy = wr_strategy(7)
@@ -1588,7 +1588,7 @@ def test_flower_simulation_with_replacement():
     codec = make_codec()
     result, strategy, globals_ = run_dprec_simulation(
         lambda: RecordingStrategy(
-            FedAvg(fraction_evaluate=0.4, min_available_nodes=NUM_NODES), codec, delta=DELTA, keep_messages=True,
+            FedAvg(fraction_evaluate=0.4, min_available_nodes=NUM_NODES), codec, delta=DELTA, adaptive_clipping=False, keep_messages=True,
             sampling="with_replacement", clients_per_round=7,
         )
     )
@@ -1615,9 +1615,9 @@ def test_a_legacy_api_strategy_is_refused_naming_its_api_and_the_fix():
     from flwr.server.strategy import FedAvg as LegacyFedAvg
 
     with pytest.raises(TypeError, match=r"flwr\.server\.strategy\..*legacy API.*use flwr\.serverapp\.strategy\.FedAvg"):
-        DPRECStrategy(LegacyFedAvg(), make_codec(), delta=DELTA)
+        DPRECStrategy(LegacyFedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False)
     with pytest.raises(TypeError, match="Message-API strategy .* got builtins.object"):
-        DPRECStrategy(object(), make_codec(), delta=DELTA)
+        DPRECStrategy(object(), make_codec(), delta=DELTA, adaptive_clipping=False)
 
 
 class ShrinkingGrid(StaticGrid):
@@ -1641,7 +1641,7 @@ def test_a_round_waits_for_the_accounting_population(sampling, monkeypatch):
         strategy = wr_strategy(3, num_clients=4)
     else:
         strategy = DPRECStrategy(FedAvg(min_available_nodes=1, min_train_nodes=2, fraction_train=0.5), make_codec(),
-                                 delta=DELTA, num_clients=4)
+                                 delta=DELTA, adaptive_clipping=False, num_clients=4)
     first = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(4))))
     new, _ = strategy.aggregate_train(1, answer(first))
     grid = ShrinkingGrid(4, fewer=2, short=3)
@@ -1703,7 +1703,7 @@ def streamed_round(grid, **kwargs):
     from dprec.flower._strategy import _StreamingGrid
 
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA, adaptive_clipping=False,
         keep_messages=True, **kwargs,
     )
     proxy = _StreamingGrid(grid, strategy)
@@ -1766,7 +1766,7 @@ def test_streaming_in_a_simulation_decodes_as_replies_arrive():
     _, strategy, _ = run_dprec_simulation(
         lambda: DPRECStrategy(
             FedAvg(fraction_train=1.0, fraction_evaluate=0.4, min_train_nodes=NUM_NODES, min_available_nodes=NUM_NODES),
-            make_codec(), delta=DELTA, keep_messages=True,
+            make_codec(), delta=DELTA, adaptive_clipping=False, keep_messages=True,
         )
     )
     assert all(stats.streamed and stats.num_aggregated == NUM_NODES for stats in strategy.history)

@@ -46,10 +46,12 @@ sampling mode is accounted.
 
 from __future__ import annotations
 
+from ._adaptive import AdaptiveClipping
 from ._common import (
     CONFIG_BITS,
     CONFIG_CLIP_MULTIPLIER,
     CONFIG_MAX_GROUP_SIZE,
+    CONFIG_QUANTILE_NOISE,
     CONFIG_SIGMA,
     CONFIG_SLOT,
     DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER,
@@ -59,6 +61,7 @@ from ._common import (
     DEFAULT_MIN_BITS,
     DROP_REASONS,
     MESSAGE_KEY,
+    QUANTILE_BIT_KEY,
     RECORD_KEY,
     STATE_KEY,
     STRATEGY_SAMPLING,
@@ -70,6 +73,9 @@ from ._mod import dprec_mod, make_dprec_mod
 from ._strategy import DPRECRound, DPRECStrategy
 
 __all__ = [
+    "AdaptiveClipping",
+    "CONFIG_QUANTILE_NOISE",
+    "QUANTILE_BIT_KEY",
     "CONFIG_BITS",
     "CONFIG_CLIP_MULTIPLIER",
     "CONFIG_MAX_GROUP_SIZE",

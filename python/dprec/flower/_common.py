@@ -43,6 +43,11 @@ CONFIG_MAX_GROUP_SIZE = "dprec.max-group-size"
 #: ConfigRecord key (server to client), ``sampling="with_replacement"`` only: the message's slot in the
 #: round (int, 0 to B - 1), so that the train messages of a node drawn several times differ.
 CONFIG_SLOT = "dprec.slot"
+#: ConfigRecord key (server to client), adaptive clipping only: the standard deviation ``s`` (float) of the
+#: noise the client adds to its quantile bit (:class:`~dprec.flower.AdaptiveClipping`).
+CONFIG_QUANTILE_NOISE = "dprec.quantile-noise"
+#: Key, in the reply's DP-REC ConfigRecord, of the client's noisy quantile bit ``1[norm <= C] + N(0, s^2)``.
+QUANTILE_BIT_KEY = "dprec.quantile-bit"
 #: Name of the reply's ConfigRecord that carries the message (client to server).
 RECORD_KEY = "dprec"
 #: Key of the message bytes in that ConfigRecord.

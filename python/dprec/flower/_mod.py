@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from logging import DEBUG, ERROR
@@ -16,11 +17,12 @@ from flwr.app import (
 from flwr.common import log
 from flwr.common.constant import ErrorCode
 
-from .._runtime.validation import check_int, check_positive
+from .._runtime.validation import check_int, check_positive, private_rng
 from ..constants import DEFAULT_BITS, MAX_BITS, MIN_BITS
 from ..rec.codec import DPRECCodec
 from ._common import (
     _CONFIG_KEYS,
+    CONFIG_QUANTILE_NOISE,
     CONFIG_SIGMA,
     DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER,
     DEFAULT_CANDIDATES_PER_PARAMETER,
@@ -28,6 +30,7 @@ from ._common import (
     DEFAULT_MAX_CANDIDATES,
     DEFAULT_MIN_BITS,
     MESSAGE_KEY,
+    QUANTILE_BIT_KEY,
     RECORD_KEY,
     STATE_KEY,
     _error_reply,
@@ -105,6 +108,7 @@ class _Limits:
     min_bits: int
     max_candidates: int | None  # None: the larger of DEFAULT_MAX_CANDIDATES and per parameter
     max_candidate_elements: int | None  # None: DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER per parameter
+    min_quantile_noise: float | None = None  # the smallest noise on the quantile bit the client accepts
 
 
 _DEFAULT_LIMITS = _Limits(None, MIN_BITS, None, None)
@@ -116,6 +120,7 @@ def make_dprec_mod(
     min_bits: int = DEFAULT_MIN_BITS,
     max_candidates: int | None = None,
     max_candidate_elements: int | None = None,
+    min_quantile_noise: float | None = None,
 ) -> Callable[[Message, Context, Callable], Message]:
     """:func:`dprec_mod` with client-side caps on the privacy and the work the server may ask for.
 
@@ -144,6 +149,10 @@ def make_dprec_mod(
         ``2^bits x`` the group's size, ``>= 2``; default: the larger of
         :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` (2^32) and :data:`DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER`
         (2^10) times the parameters of the model.
+    min_quantile_noise : float, optional
+        Adaptive clipping (:class:`AdaptiveClipping`): the smallest standard deviation ``s > 0`` of the noise
+        on the quantile bit this client accepts (a smaller ``s`` spends more privacy: ``1 / s^2`` adds to
+        ``c^2`` in each message's divergence); default: no cap.
 
     Returns
     -------
@@ -158,6 +167,9 @@ def make_dprec_mod(
         max_candidate_elements=None
         if max_candidate_elements is None
         else check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
+        min_quantile_noise=None
+        if min_quantile_noise is None
+        else check_positive(min_quantile_noise, "min_quantile_noise"),
     )
 
     def capped_dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
@@ -221,7 +233,7 @@ def _check_codec(codec: DPRECCodec, template: dict[str, np.ndarray], limits: _Li
     codec.layout(template)  # anything else the codec refuses (a group above 2**34 elements), before training
 
 
-def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[str, np.ndarray]]:
+def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[str, np.ndarray], float | None]:
     """The server's codec and the global arrays of a train message, checked before the client trains.
 
     Raises :class:`_Refusal` with a text built from the server's data only.
@@ -236,6 +248,7 @@ def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[
         codec = codec_from_config(found[1])
     except (KeyError, TypeError, ValueError) as exc:
         raise _Refusal(f"bad DP-REC codec parameters in the message's config: {exc}") from None
+    noise = _quantile_noise(found[1], limits)
     if limits.max_clip_multiplier is not None and codec.clip_multiplier > limits.max_clip_multiplier:
         raise _Refusal(
             f"the server asks for clip_multiplier={codec.clip_multiplier:g}, above this client's "
@@ -253,7 +266,22 @@ def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[
         # A NaN in the global model would make every update NaN: refused now, not after training.
         if not np.all(np.isfinite(g)):
             raise _Refusal(f"the global array {_short(key)} holds NaN or infinity; not training")
-    return codec, global_keys, global_floats
+    return codec, global_keys, global_floats, noise
+
+
+def _quantile_noise(config: ConfigRecord, limits: _Limits) -> float | None:
+    """The server's noise on the quantile bit (adaptive clipping), checked; None without adaptive clipping."""
+    if CONFIG_QUANTILE_NOISE not in config:
+        return None
+    value = config[CONFIG_QUANTILE_NOISE]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise _Refusal(f"the server's {CONFIG_QUANTILE_NOISE} must be a finite float > 0, got {_short(value)}")
+    if limits.min_quantile_noise is not None and value < limits.min_quantile_noise:
+        raise _Refusal(
+            f"the server asks for {CONFIG_QUANTILE_NOISE}={value:g}, below this client's "
+            f"min_quantile_noise={limits.min_quantile_noise:g}; not training (less noise on the bit spends more privacy)"
+        )
+    return float(value)
 
 
 def _dprec_mod(
@@ -263,7 +291,7 @@ def _dprec_mod(
     if not _is_train(msg) or msg.has_error() or not msg.has_content():
         return call_next(msg, context)
     try:
-        codec, global_keys, global_floats = _prepare(msg, limits)
+        codec, global_keys, global_floats, noise = _prepare(msg, limits)
     except _Refusal as exc:
         return _error_reply(msg, str(exc))
     except Exception as exc:  # noqa: BLE001 - anything the server's message makes fail: a reply, not a crash
@@ -282,7 +310,7 @@ def _dprec_mod(
     try:
         if reply.has_error():
             return reply
-        return _encode_reply(msg, reply, context, codec, global_keys, global_floats)
+        return _encode_reply(msg, reply, context, codec, global_keys, global_floats, noise)
     except Exception as exc:  # noqa: BLE001 - e.g. NaN in the update (training diverged), MemoryError, not a Message
         log(ERROR, "dprec_mod: encoding the update raised %s; its text is not logged nor sent", type(exc).__name__)
         return _error_reply(msg, "the client could not encode its update")
@@ -295,6 +323,7 @@ def _encode_reply(
     codec: DPRECCodec,
     global_keys: set[str],
     global_floats: dict[str, np.ndarray],
+    noise: float | None = None,
 ) -> Message:
     """Replace the reply's arrays by the DP-REC message of ``reply - global`` (or an error reply about its shape)."""
     n_arrays = len(reply.content.array_records)
@@ -322,8 +351,13 @@ def _encode_reply(
 
     message, info = codec.encode(update, return_info=True)  # seed and private draw from the OS entropy source
     blob = message.to_bytes()
+    record = ConfigRecord({MESSAGE_KEY: blob})
+    if noise is not None:
+        # Adaptive clipping: whether the update was within the clip norm, plus noise from the OS entropy source.
+        unclipped = float(info.norm <= info.clip_norm)
+        record[QUANTILE_BIT_KEY] = unclipped + float(private_rng(None).normal(0.0, noise))
     del reply.content[name]
-    reply.content[RECORD_KEY] = ConfigRecord({MESSAGE_KEY: blob})
+    reply.content[RECORD_KEY] = record
 
     prev = context.state.metric_records.get(STATE_KEY)
     rounds = int(prev.get("rounds", 0)) if prev is not None else 0

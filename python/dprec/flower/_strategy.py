@@ -27,12 +27,16 @@ from flwr.serverapp.strategy import FedAvg, Result, Strategy
 
 from .._runtime.validation import check_positive
 from ..rec.codec import DPRECCodec, DPRECMessage, Layout
+from ..rec.kernels import MAX_SIGMA, MIN_SIGMA
+from ._adaptive import AdaptiveClipping
 from ._common import (
     _CONFIG_KEYS,
+    CONFIG_QUANTILE_NOISE,
     CONFIG_SIGMA,
     CONFIG_SLOT,
     DROP_REASONS,
     MESSAGE_KEY,
+    QUANTILE_BIT_KEY,
     STRATEGY_SAMPLING,
     _clip_text,
     _describe,
@@ -104,6 +108,13 @@ class DPRECRound:
     streamed : bool
         Whether the replies were decoded and accumulated as they arrived (rounds run by
         :meth:`DPRECStrategy.start`), rather than when ``aggregate_train`` was called.
+    clip_norm, sigma : float
+        The round's clip norm ``C_t`` and the codec's ``sigma = C_t / c`` (fixed without adaptive clipping).
+    unclipped_fraction : float
+        Adaptive clipping: the noisy fraction of aggregated updates within ``C_t`` (the mean of the clients'
+        noisy bits; NaN in a round without an update or without adaptive clipping).
+    next_clip_norm : float
+        The clip norm of the next round (NaN until the round is aggregated).
     """
 
     server_round: int
@@ -128,6 +139,10 @@ class DPRECRound:
     float32_wire_bytes: int = 0
     messages: tuple[bytes, ...] = field(default=(), repr=False)
     streamed: bool = False
+    clip_norm: float = 0.0
+    sigma: float = 0.0
+    unclipped_fraction: float = math.nan
+    next_clip_norm: float = math.nan
 
 
 class DPRECStrategy(Strategy):
@@ -332,6 +347,7 @@ class DPRECStrategy(Strategy):
         threat_model: str | None = None,
         relation: str | None = None,
         method: str = "sound",
+        adaptive_clipping: bool | AdaptiveClipping = True,
     ) -> None:
         super().__init__()
         if not isinstance(strategy, Strategy):
@@ -397,12 +413,28 @@ class DPRECStrategy(Strategy):
                 "clients_per_round is only used with sampling='with_replacement' (FedAvg's fraction_train and "
                 "min_train_nodes size a sample without replacement; sampling_rate a Poisson one)"
             )
+        if isinstance(adaptive_clipping, bool):
+            adaptive = AdaptiveClipping() if adaptive_clipping else None
+        elif isinstance(adaptive_clipping, AdaptiveClipping):
+            adaptive = adaptive_clipping
+        else:
+            raise TypeError(
+                f"adaptive_clipping must be a bool or a dprec.flower.AdaptiveClipping, got {type(adaptive_clipping).__name__}"
+            )
         from ..accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         # ValueError naming threat_model / relation / method (with the valid choices) now, not after a round.
         self.method, self.threat_model, self.relation = dprec_rec._resolve(method, threat_model, relation, sampling)
         self.strategy = strategy
         self.codec = codec
+        self.adaptive_clipping = adaptive
+        #: The clip norm of the next round (adaptive clipping; else the codec's, fixed).
+        self.clip_norm = float(codec.clip_norm)
+        self.quantile_noise: float | None = None
+        if adaptive is not None:
+            self.clip_norm = float(adaptive.initial_clip_norm or codec.clip_norm)
+            self.quantile_noise = adaptive.noise_for(codec.clip_multiplier)
+            self._round_codec()  # a sigma out of range fails now
         self.delta = float(delta)
         self.num_rounds = None if num_rounds is None else int(num_rounds)
         self.num_clients = None if num_clients is None else int(num_clients)
@@ -593,11 +625,14 @@ class DPRECStrategy(Strategy):
         template = self._template = _float_arrays(arrays)
         if not template:
             raise ValueError("arrays has no floating-point arrays for DP-REC to update")
-        layout = self.codec.layout(template)  # checks the codec against the model before anything is sent
+        codec = self._round_codec()  # adaptive clipping: sigma = C_t / c this round
+        layout = codec.layout(template)  # checks the codec against the model before anything is sent
         config = ConfigRecord(dict(config.items()))
-        for key in (*_CONFIG_KEYS, CONFIG_SLOT):
+        for key in (*_CONFIG_KEYS, CONFIG_SLOT, CONFIG_QUANTILE_NOISE):
             config.pop(key, None)
-        config.update(codec_config(self.codec))
+        config.update(codec_config(codec))
+        if self.quantile_noise is not None:
+            config[CONFIG_QUANTILE_NOISE] = self.quantile_noise
         if self.sampling == "poisson":
             nodes = self._wait_for_nodes(grid)
             num_available = len(nodes)
@@ -653,8 +688,9 @@ class DPRECStrategy(Strategy):
         stats = DPRECRound(server_round=server_round, num_sampled=num_sampled, num_available=num_available)
         self._pending[server_round] = stats
         self._sent[server_round] = [m.metadata for m in messages]
+        stats.clip_norm, stats.sigma = codec.clip_norm, codec.sigma
         self._rounds[server_round] = _RoundState(
-            stats, self._sent[server_round], template, layout, _Sums(self.codec, template)
+            stats, self._sent[server_round], template, layout, _Sums(codec, template)
         )
         self._last_round = server_round
         self.history.append(stats)
@@ -815,6 +851,7 @@ class DPRECStrategy(Strategy):
                 threat_model=self.threat_model,
                 relation=self.relation,
                 method=self.method,
+                quantile_noise=self.quantile_noise,
             )
         return self.codec.accountant(
             template,
@@ -827,6 +864,7 @@ class DPRECStrategy(Strategy):
             threat_model=self.threat_model,
             relation=self.relation,
             method=self.method,
+            quantile_noise=self.quantile_noise,
         )
 
     def _float32_wire_nbytes(self, layout: Layout, template: Mapping[str, np.ndarray]) -> int:
@@ -931,6 +969,7 @@ class DPRECStrategy(Strategy):
         if not msgs:
             return self._no_update(stats)
         accounting = self._account(stats)  # the server holds the messages: accounted before the update is applied
+        self._adapt(stats, kept)
         mean = state.sums.mean(kept)
         template = state.template
         new = ArrayRecord()
@@ -970,7 +1009,36 @@ class DPRECStrategy(Strategy):
         metrics["dprec-message-bytes"] = _mean_int(stats.message_bytes)
         metrics["dprec-wire-bytes"] = per_client
         metrics["float32-wire-bytes"] = stats.float32_wire_bytes
+        metrics["dprec-clip-norm"] = stats.clip_norm
+        if self.adaptive_clipping is not None:
+            metrics["dprec-unclipped-fraction"] = stats.unclipped_fraction
+            metrics["dprec-next-clip-norm"] = stats.next_clip_norm
         return new, self._drop_metrics(stats, metrics)
+
+    def _adapt(self, stats: DPRECRound, kept: list[_Entry]) -> None:
+        """Adaptive clipping: the next clip norm from the noisy fraction of unclipped updates among ``kept``."""
+        stats.next_clip_norm = self.clip_norm
+        if self.adaptive_clipping is None or not kept:
+            return
+        stats.unclipped_fraction = math.fsum(e.bit for e in kept) / len(kept)
+        self.clip_norm = stats.next_clip_norm = self.adaptive_clipping.next_clip_norm(
+            stats.clip_norm, stats.unclipped_fraction
+        )
+
+    def _round_codec(self) -> DPRECCodec:
+        """The codec of the next round: the strategy's, or with adaptive clipping ``sigma = clip_norm / c``."""
+        if self.adaptive_clipping is None:
+            return self.codec
+        c = self.codec.clip_multiplier
+        # sigma stays a normal float32 whose candidates cannot overflow (rec.kernels' range): the clip norm with it.
+        self.clip_norm = min(max(self.clip_norm, MIN_SIGMA * c), MAX_SIGMA * c)
+        return DPRECCodec(
+            sigma=self.clip_norm / c,
+            clip_multiplier=c,
+            bits=self.codec.bits,
+            max_group_size=self.codec.max_group_size,
+            backend=self.codec.backend,
+        )
 
     # -- streaming --------------------------------------------------------------------------
 
@@ -1029,7 +1097,9 @@ class DPRECStrategy(Strategy):
         try:
             name, record, entry.msg = _read_reply(reply, state.layout)
             entry.wire = wire_nbytes(record, name)
-        except Exception as exc:  # noqa: BLE001 - bad bytes, wrong layout, MemoryError, ...
+            if self.quantile_noise is not None:
+                entry.bit = _quantile_bit(record, self.quantile_noise)
+        except Exception as exc:  # noqa: BLE001 - bad bytes, wrong layout, no quantile bit, MemoryError, ...
             entry.problem = ("bad-message", _describe(exc))
             return entry
         if self.weighted_by_key is not None:
@@ -1204,6 +1274,7 @@ class _Entry:
     wire: int = 0
     problem: tuple[str, str] | None = None  # (reason, detail): a failure of this reply alone
     weight: float = 1.0
+    bit: float = 0.0  # adaptive clipping: the noisy quantile bit, clamped
     accumulated: bool = False
 
 
@@ -1345,6 +1416,16 @@ def _read_reply(reply: Message, layout: Layout) -> tuple[str, ConfigRecord, DPRE
         raise TypeError(f"{MESSAGE_KEY!r} holds {type(blob).__name__}, not bytes")
     # Compared with the layout (length, groups, digest, bits) before any per-group work: nothing to check after.
     return name, record, DPRECMessage.from_bytes(blob, layout)
+
+
+def _quantile_bit(record: ConfigRecord, noise: float) -> float:
+    """A reply's noisy quantile bit (adaptive clipping): a finite number, clamped to [-10 s, 1 + 10 s]."""
+    value = record.get(QUANTILE_BIT_KEY)
+    if value is None:
+        raise ValueError(f"no {QUANTILE_BIT_KEY!r} (adaptive clipping; is the client's dprec too old?)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{QUANTILE_BIT_KEY!r} must be a finite number, got {_short(value)}")
+    return AdaptiveClipping.clamp_bit(float(value), noise)
 
 
 def _sender(reply: Message, ids: dict[str, int], nodes: set[int]) -> int | None:
