@@ -40,6 +40,17 @@ Nothing else changes: the ``@app.train()`` function still returns its trained ar
   ``"dprec-epsilon.<threat model>.<relation>"``, and :attr:`DPRECStrategy.history` the rounds
   (:class:`DPRECRound`).
 
+Legacy apps (``NumPyClient``, ``ClientApp(client_fn=...)``, ``ServerApp(server_fn=...)`` with a
+``flwr.server.strategy`` strategy) use the same mod and :class:`DPRECLegacyStrategy`::
+
+    client_app = ClientApp(client_fn=client_fn, mods=[dprec_mod])  # was ClientApp(client_fn=client_fn)
+    strategy = DPRECLegacyStrategy(FedAvg(...), codec, delta=1e-5)  # FedAvg, FedProx, FedAdam, ... of flwr.server.strategy
+
+The train messages are then ``FitIns`` (the codec's parameters in their config), the replies ``FitRes``
+whose parameters hold no tensors and whose metrics carry the DP-REC message; the wrapper runs a
+:class:`DPRECStrategy` inside and hands the wrapped strategy the DP mean, so FedAdam's or FedAvgM's
+server step applies to it.
+
 See the *Flower* page of the documentation for what travels, what the server keeps, and how each
 sampling mode is accounted.
 """
@@ -69,6 +80,7 @@ from ._common import (
     codec_from_config,
     wire_nbytes,
 )
+from ._legacy import DPRECLegacyStrategy
 from ._mod import dprec_mod, make_dprec_mod
 from ._strategy import DPRECRound, DPRECStrategy
 
@@ -86,6 +98,7 @@ __all__ = [
     "DEFAULT_MAX_CANDIDATE_ELEMENTS",
     "DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER",
     "DEFAULT_MIN_BITS",
+    "DPRECLegacyStrategy",
     "DPRECRound",
     "DPRECStrategy",
     "DROP_REASONS",

@@ -88,6 +88,15 @@ DROP_REASONS = (
 )
 
 _CONFIG_KEYS = (CONFIG_SIGMA, CONFIG_CLIP_MULTIPLIER, CONFIG_BITS, CONFIG_MAX_GROUP_SIZE)
+# Flower's legacy API (NumPyClient, flwr.server.strategy) in Message form (flwr's recorddict_compat): a train
+# message holds these two records, its reply the next four. DP-REC's entries travel in the fit config and the fit
+# metrics under their own "dprec." keys.
+_LEGACY_FITINS_PARAMETERS = "fitins.parameters"
+_LEGACY_FITINS_CONFIG = "fitins.config"
+_LEGACY_FITRES_PARAMETERS = "fitres.parameters"
+_LEGACY_FITRES_METRICS = "fitres.metrics"
+_LEGACY_FITRES_STATUS = "fitres.status"
+_DPREC_PREFIX = "dprec."
 # Longest text of an untrusted value (a config entry, a peer's error reason) in an error or log line.
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 80
@@ -214,6 +223,12 @@ def wire_nbytes(record: ArrayRecord | ConfigRecord | MetricRecord, key: str) -> 
 def _is_train(msg: Message) -> bool:
     mtype = msg.metadata.message_type
     return mtype == MessageType.TRAIN or mtype.startswith(MessageType.TRAIN + ".")
+
+
+def _is_legacy(msg: Message) -> bool:
+    """Whether a train message is in the legacy API's form (a ``FitIns``: ``"fitins.parameters"``, ``"fitins.config"``)."""
+    content = msg.content
+    return _LEGACY_FITINS_PARAMETERS in content.array_records and _LEGACY_FITINS_CONFIG in content.config_records
 
 
 def _is_float(dtype: np.dtype) -> bool:

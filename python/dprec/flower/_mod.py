@@ -9,19 +9,29 @@ from logging import DEBUG, ERROR
 
 import numpy as np
 from flwr.app import (
+    ArrayRecord,
     ConfigRecord,
     Context,
     Message,
     MetricRecord,
 )
-from flwr.common import log
+from flwr.common import Parameters, log
 from flwr.common.constant import ErrorCode
+
+try:
+    from flwr.compat.common.recorddict_compat import parameters_to_arrayrecord
+except ImportError:  # pragma: no cover - flwr < 1.23 kept it in flwr.common
+    from flwr.common.recorddict_compat import parameters_to_arrayrecord
 
 from .._runtime.validation import check_int, check_positive, private_rng
 from ..constants import DEFAULT_BITS, MAX_BITS, MIN_BITS
 from ..rec.codec import DPRECCodec
 from ._common import (
     _CONFIG_KEYS,
+    _DPREC_PREFIX,
+    _LEGACY_FITRES_METRICS,
+    _LEGACY_FITRES_PARAMETERS,
+    _LEGACY_FITRES_STATUS,
     CONFIG_QUANTILE_NOISE,
     CONFIG_SIGMA,
     DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER,
@@ -37,6 +47,7 @@ from ._common import (
     _find_config,
     _float_arrays,
     _is_float,
+    _is_legacy,
     _is_train,
     _short,
     codec_from_config,
@@ -67,6 +78,15 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
        reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
        ``"dprec"``; other records (the ``MetricRecord``) are kept.
 
+    Legacy apps (``ClientApp(client_fn=..., mods=[dprec_mod])`` with a ``NumPyClient``, the
+    server's strategy wrapped in :class:`DPRECLegacyStrategy`) work the same way: their train
+    messages are Flower's ``FitIns`` in Message form (``"fitins.parameters"``, arrays keyed
+    ``"0"`` to ``"n-1"``, and ``"fitins.config"``, which carries the codec's parameters). The
+    reply stays a ``FitRes``, as the legacy server reads it: ``"fitres.parameters"`` holds no
+    tensors and the DP-REC record's entries (``"dprec.message"``) are added to the fit metrics
+    (``"fitres.metrics"``). A ``FitRes`` whose status is not OK, or whose metrics already hold a
+    ``"dprec."`` key, gets an error reply (the legacy server counts it as a failure).
+
     The update's norm before clipping and whether it was clipped are stored in
     ``context.state["dprec"]`` (a ``MetricRecord`` that stays on the client: ``norm``,
     ``clipped``, ``clip-norm``, ``message-bytes`` of the last round, and ``rounds`` /
@@ -93,9 +113,10 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
     flwr.app.Message
         The compressed reply, or an error reply (``ErrorCode.MOD_FAILED_PRECONDITION``)
         naming the problem: no DP-REC keys in the message's config (the server strategy is
-        not wrapped in :class:`DPRECStrategy`), codec parameters out of range or too costly
-        to encode, not exactly one ArrayRecord in the message or the reply, or reply arrays
-        whose keys, shapes or dtypes do not match the global ones.
+        not wrapped in :class:`DPRECStrategy` or :class:`DPRECLegacyStrategy`), codec
+        parameters out of range or too costly to encode, not exactly one ArrayRecord in the
+        message or the reply, or reply arrays whose keys, shapes or dtypes do not match the
+        global ones.
     """
     return _dprec_mod(msg, context, call_next, _DEFAULT_LIMITS)
 
@@ -242,7 +263,11 @@ def _prepare(msg: Message, limits: _Limits) -> tuple[DPRECCodec, set[str], dict[
     if found is None:
         raise _Refusal(
             f"the train message's ConfigRecord lacks the DP-REC keys ({', '.join(_CONFIG_KEYS[:3])}); "
-            "wrap the ServerApp's strategy in dprec.flower.DPRECStrategy"
+            + (
+                "wrap the server_fn's strategy in dprec.flower.DPRECLegacyStrategy"
+                if _is_legacy(msg)
+                else "wrap the ServerApp's strategy in dprec.flower.DPRECStrategy"
+            )
         )
     try:
         codec = codec_from_config(found[1])
@@ -325,11 +350,22 @@ def _encode_reply(
     global_floats: dict[str, np.ndarray],
     noise: float | None = None,
 ) -> Message:
-    """Replace the reply's arrays by the DP-REC message of ``reply - global`` (or an error reply about its shape)."""
+    """Replace the reply's arrays by the DP-REC message of ``reply - global`` (or an error reply about its shape).
+
+    Both of Flower's formats share this path: a Message-API reply loses its ``ArrayRecord`` and gains the
+    ``ConfigRecord`` named :data:`RECORD_KEY`; a legacy one (a ``FitRes``, see :func:`_is_legacy`) keeps the form
+    the legacy server reads, its ``"fitres.parameters"`` emptied (no tensors) and the same record's entries added
+    to ``"fitres.metrics"``.
+    """
+    legacy = _is_legacy(msg)
     n_arrays = len(reply.content.array_records)
     if n_arrays != 1:
         return _error_reply(msg, f"expects exactly one ArrayRecord in the train reply, found {n_arrays}")
-    if RECORD_KEY in reply.content:
+    if legacy:
+        problem = _legacy_reply_problem(reply)
+        if problem is not None:
+            return _error_reply(msg, problem)
+    elif RECORD_KEY in reply.content:
         return _error_reply(msg, f"the train reply already has a record named {RECORD_KEY!r}")
     name, record = next(iter(reply.content.array_records.items()))
     if set(record.keys()) != global_keys:
@@ -351,13 +387,19 @@ def _encode_reply(
 
     message, info = codec.encode(update, return_info=True)  # seed and private draw from the OS entropy source
     blob = message.to_bytes()
-    record = ConfigRecord({MESSAGE_KEY: blob})
+    dprec_record = ConfigRecord({MESSAGE_KEY: blob})  # every DP-REC entry of the reply, in either format
     if noise is not None:
         # Adaptive clipping: whether the update was within the clip norm, plus noise from the OS entropy source.
         unclipped = float(info.norm <= info.clip_norm)
-        record[QUANTILE_BIT_KEY] = unclipped + float(private_rng(None).normal(0.0, noise))
-    del reply.content[name]
-    reply.content[RECORD_KEY] = record
+        dprec_record[QUANTILE_BIT_KEY] = unclipped + float(private_rng(None).normal(0.0, noise))
+    if legacy:
+        # The legacy server reads a FitRes: "fitres.parameters" must stay, with no tensors; the entries ride in
+        # the fit metrics (a FitRes's metrics take bytes), where DPRECLegacyStrategy finds them by their prefix.
+        reply.content.array_records[name] = _no_parameters()
+        reply.content.config_records[_LEGACY_FITRES_METRICS].update(dprec_record)
+    else:
+        del reply.content[name]
+        reply.content[RECORD_KEY] = dprec_record
 
     prev = context.state.metric_records.get(STATE_KEY)
     rounds = int(prev.get("rounds", 0)) if prev is not None else 0
@@ -375,3 +417,29 @@ def _encode_reply(
     # The norm and the clipping are private: they stay in context.state, out of the logs.
     log(DEBUG, "dprec_mod: %d-byte message, %d arrays left out", len(blob), len(global_keys) - len(global_floats))
     return reply
+
+
+def _legacy_reply_problem(reply: Message) -> str | None:
+    """Why a reply to a legacy train message cannot carry the DP-REC message, or None.
+
+    The texts name the app's keys and status code only, never its status message (the app's text).
+    """
+    content = reply.content
+    if _LEGACY_FITRES_PARAMETERS not in content.array_records or _LEGACY_FITRES_METRICS not in content.config_records:
+        return (
+            f"the reply to a legacy train message (a FitIns) is not a FitRes (no {_LEGACY_FITRES_PARAMETERS!r} "
+            f"ArrayRecord and {_LEGACY_FITRES_METRICS!r} ConfigRecord)"
+        )
+    status = content.config_records.get(_LEGACY_FITRES_STATUS)
+    code = None if status is None else status.get("code")
+    if code != 0:  # Code.OK; the legacy server counts any other as a failure and reads nothing else
+        return f"the client's fit returned the status code {_short(code)}, not OK; its parameters are not sent"
+    clash = sorted(k for k in content.config_records[_LEGACY_FITRES_METRICS] if k.startswith(_DPREC_PREFIX))
+    if clash:
+        return f"the client's fit metrics already hold keys starting with {_DPREC_PREFIX!r}: {_short(clash)}"
+    return None
+
+
+def _no_parameters() -> ArrayRecord:
+    """A legacy ``"fitres.parameters"`` record with no tensors (what flwr makes of ``Parameters([], "")``)."""
+    return parameters_to_arrayrecord(Parameters(tensors=[], tensor_type=""), keep_input=True)

@@ -1495,7 +1495,9 @@ def _wrong_strategy_api(strategy: Any) -> str:
     if cls.__module__.startswith("flwr.server.strategy"):
         return (
             f"strategy is a {where}, a strategy of Flower's legacy API (NumPyClient apps, ServerApp(server_fn=...)); "
-            f"DPRECStrategy wraps the Message API's strategies: use flwr.serverapp.strategy.{cls.__name__} "
+            "DPRECStrategy wraps the Message API's strategies: keep the legacy app and wrap it in "
+            "dprec.flower.DPRECLegacyStrategy(strategy, codec, delta=...) in the server_fn, or "
+            f"use flwr.serverapp.strategy.{cls.__name__} "
             f"(from flwr.serverapp.strategy import {cls.__name__}) with a ServerApp whose main() calls "
             "strategy.start(grid=..., ...), as in the docs' Flower page"
         )
