@@ -434,7 +434,12 @@ class DPRECStrategy(Strategy):
         if adaptive is not None:
             self.clip_norm = float(adaptive.initial_clip_norm or codec.clip_norm)
             self.quantile_noise = adaptive.noise_for(codec.clip_multiplier)
-            self._round_codec()  # a sigma out of range fails now
+            if not MIN_SIGMA <= self.clip_norm / codec.clip_multiplier <= MAX_SIGMA:
+                raise ValueError(
+                    f"AdaptiveClipping: initial_clip_norm={self.clip_norm!r} makes sigma = C / c = "
+                    f"{self.clip_norm / codec.clip_multiplier:.6g}, outside [{MIN_SIGMA:.6g}, {MAX_SIGMA:.6g}] "
+                    f"(a normal float32 whose candidates cannot overflow)"
+                )
         self.delta = float(delta)
         self.num_rounds = None if num_rounds is None else int(num_rounds)
         self.num_clients = None if num_clients is None else int(num_clients)
