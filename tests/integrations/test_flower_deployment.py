@@ -354,11 +354,24 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
             before = {k: _array(v) for k, v in r["before"].items()}
             after = {k: _array(v) for k, v in r["after"].items()}
             assert set(before) == set(after) == {"weight", "bias"}, where
-            msgs = [DPRECMessage.from_bytes(base64.b64decode(m), codec.layout(before)) for m in r["messages"]]
+            # Adaptive clipping (on by default): the round's codec has sigma = C_t / c, C_t from the previous round.
+            assert r["sigma"] == pytest.approx(r["clip_norm"] / codec.clip_multiplier, rel=1e-15), where
+            if r["round"] == 1:
+                assert r["clip_norm"] == pytest.approx(codec.clip_norm, rel=1e-15), where
+            else:
+                assert r["clip_norm"] == rounds[r["round"] - 2]["next_clip_norm"], where
+            round_codec = DPRECCodec(sigma=r["sigma"], clip_multiplier=codec.clip_multiplier, bits=codec.bits,
+                                     max_group_size=codec.max_group_size)
+            msgs = [DPRECMessage.from_bytes(base64.b64decode(m), round_codec.layout(before)) for m in r["messages"]]
             seeds += [m.seed for m in msgs]
-            # The global model after the round is the one before plus the mean of the round's messages,
-            # as the strategy computes it (np.asarray(g + mean, dtype=g.dtype)): exactly.
-            mean = codec.aggregate(msgs, before)
+            # The global model after the round is the one before plus the mean of the round's messages, as the
+            # strategy computes it: float64 sums in aggregation order (codec.accumulate) over their count, as
+            # float32, added in the model's dtype: exactly. (And codec.aggregate to float64 rounding.)
+            sums = round_codec.accumulate(msgs, {k: np.zeros(g.shape) for k, g in before.items()})
+            mean = {k: (v / len(msgs)).astype(np.float32) for k, v in sums.items()}
+            reference = round_codec.aggregate(msgs, before)
+            for k in mean:
+                np.testing.assert_allclose(mean[k], reference[k], rtol=1e-6, atol=1e-7 * round_codec.sigma)
             for k, g in before.items():
                 assert after[k].dtype == g.dtype == np.float32, (where, k)
                 np.testing.assert_array_equal(after[k], np.asarray(g + mean[k], dtype=g.dtype), err_msg=f"{where}: {k}")
@@ -368,11 +381,14 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
             np.testing.assert_array_equal(_array(rounds[1]["before"][k]), _array(rounds[0]["after"][k]))
         assert len(set(seeds)) == len(seeds)
 
-        # Epsilon is the codec's accountant for 2 of 3 nodes without replacement, composed per round.
+        # Epsilon is the codec's accountant for 2 of 3 nodes without replacement with the quantile bits, composed
+        # per round.
         template = {k: _array(v) for k, v in rounds[0]["before"].items()}
         assert {r["delta"] for r in rounds} == {config["delta"]}
+        assert record["quantile_noise"] == 2.0 / codec.clip_multiplier  # AdaptiveClipping's default
         acc = codec.accountant(template, num_clients=NUM_NODES, clients_per_round=sampled,
-                               delta=config["delta"], sampling="without_replacement", rounds=NUM_ROUNDS)
+                               delta=config["delta"], sampling="without_replacement", rounds=NUM_ROUNDS,
+                               quantile_noise=record["quantile_noise"])
         expected = [acc.step().epsilon for _ in rounds]
         assert [r["epsilon"] for r in rounds] == pytest.approx(expected, rel=1e-12)
         assert 0 < expected[0] < expected[1] < np.inf

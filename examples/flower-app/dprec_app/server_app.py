@@ -83,6 +83,9 @@ def _write_record(path: Path, strategy: DPRECStrategy, snapshots: dict[int, dict
                 "num_rejected": stats.num_rejected,
                 "num_failed": stats.num_failed,
                 "epsilon": stats.epsilon,
+                "sigma": stats.sigma,  # adaptive clipping: sigma = C_t / c, the round's clip norm over c
+                "clip_norm": stats.clip_norm,
+                "next_clip_norm": stats.next_clip_norm,
                 "delta": stats.delta,
             }
         )
@@ -97,6 +100,7 @@ def _write_record(path: Path, strategy: DPRECStrategy, snapshots: dict[int, dict
             "bits": strategy.codec.bits,
             "max_group_size": strategy.codec.max_group_size,
         },
+        "quantile_noise": strategy.quantile_noise,
         "rounds": rounds,
     }
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
