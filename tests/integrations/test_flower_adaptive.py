@@ -272,3 +272,45 @@ def test_fixed_clipping_sends_no_bits():
     _, metrics = strategy.aggregate_train(1, replies)
     assert strategy.accountant.quantile_noise is None and "dprec-unclipped-fraction" not in metrics
     assert strategy.clip_norm == make_codec().clip_norm
+
+
+# --------------------------------------------------------------------------------------
+# Misconfiguration caught at construction (issue 34's bad input)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate", [0.0, -0.1, 1.5, math.nan])
+def test_poisson_rate_outside_zero_one(rate):
+    with pytest.raises(ValueError, match=r"DPRECStrategy \(Flower Message API\): sampling_rate must be in \(0, 1\]"):
+        DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, sampling="poisson", sampling_rate=rate)
+
+
+def test_wrapped_sampling_that_cannot_be_accounted():
+    api = r"DPRECStrategy \(Flower Message API\)"
+    with pytest.raises(ValueError, match=api + r".*FedAvg's fraction_train=1.5 .*in \(0, 1\]"):
+        DPRECStrategy(FedAvg(fraction_train=1.5), make_codec(), delta=DELTA)
+    with pytest.raises(ValueError, match=api + r".*FedAvg's min_train_nodes=10 exceeds num_clients=5.*B <= N"):
+        DPRECStrategy(FedAvg(min_train_nodes=10, min_available_nodes=2), make_codec(), delta=DELTA, num_clients=5)
+    with pytest.raises(ValueError, match=api + r".*min_available_nodes=8 exceeds num_clients=5"):
+        DPRECStrategy(FedAvg(min_available_nodes=8), make_codec(), delta=DELTA, num_clients=5)
+    # With replacement B > N is allowed; without a known N nothing is refused up front.
+    DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, num_clients=3, sampling="with_replacement", clients_per_round=10)
+    DPRECStrategy(FedAvg(min_train_nodes=10, min_available_nodes=10), make_codec(), delta=DELTA)
+
+
+def test_legacy_wrapped_sampling_that_cannot_be_accounted():
+    import flwr.server.strategy as legacy
+
+    from dprec.flower import DPRECLegacyStrategy
+
+    api = r"DPRECLegacyStrategy \(Flower legacy API\)"
+    with pytest.raises(ValueError, match=api + r".*FedAvg's fraction_fit=2.0 "):
+        DPRECLegacyStrategy(legacy.FedAvg(fraction_fit=2.0), make_codec(), delta=DELTA)
+    with pytest.raises(ValueError, match=api + r".*min_fit_clients=10 exceeds num_clients=5"):
+        DPRECLegacyStrategy(legacy.FedAvg(min_fit_clients=10, min_available_clients=2), make_codec(), delta=DELTA,
+                            num_clients=5)
+
+
+def test_the_mod_factory_given_as_a_mod():
+    with pytest.raises(TypeError, match=r"mods=\[make_dprec_mod\(\.\.\.\)\].*mods=\[dprec_mod\]"):
+        make_dprec_mod(train_message(make_codec()), make_context(), train_fn)

@@ -47,7 +47,7 @@ from flwr.serverapp.strategy import Strategy as MessageStrategy
 from ..rec.codec import DPRECCodec
 from ._adaptive import AdaptiveClipping
 from ._common import _DPREC_PREFIX, _clip_text, _describe, _short
-from ._strategy import DPRECRound, DPRECStrategy
+from ._strategy import DPRECRound, DPRECStrategy, _sample_plan_problem
 
 # The ConfigRecord of the core's train messages, and the name of the record of the replies built here.
 _CONFIG_NAME = "config"
@@ -129,6 +129,11 @@ class DPRECLegacyStrategy(Strategy):
             raise TypeError("strategy is already a DPRECLegacyStrategy")
         if not isinstance(strategy, Strategy):
             raise TypeError(_wrong_legacy_api(strategy))
+        problem = _sample_plan_problem(
+            strategy, "fraction_fit", "min_fit_clients", "min_available_clients", num_clients
+        )
+        if problem:
+            raise ValueError(f"DPRECLegacyStrategy (Flower legacy API): {problem}")
         self.strategy = strategy
         self._nodes = _ChosenNodes()
         # Validates every argument (errors name them) and holds all DP-REC state: nothing here is module-global.

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from logging import DEBUG, ERROR
+from typing import Any
 
 import numpy as np
 from flwr.app import (
@@ -136,7 +137,7 @@ _DEFAULT_LIMITS = _Limits(None, MIN_BITS, None, None)
 
 
 def make_dprec_mod(
-    *,
+    *args: Any,
     max_clip_multiplier: float | None = None,
     min_bits: int = DEFAULT_MIN_BITS,
     max_candidates: int | None = None,
@@ -180,6 +181,12 @@ def make_dprec_mod(
     callable
         A Flower mod: ``ClientApp(mods=[make_dprec_mod(max_clip_multiplier=0.5)])``.
     """
+    if args:
+        # make_dprec_mod itself given as a mod (mods=[make_dprec_mod]): Flower calls it with (msg, context, call_next).
+        raise TypeError(
+            "make_dprec_mod makes a mod and takes keyword arguments only: use ClientApp(mods=[make_dprec_mod(...)]) "
+            "(called, e.g. make_dprec_mod(max_clip_multiplier=0.5)), or ClientApp(mods=[dprec_mod])"
+        )
     cap = None if max_clip_multiplier is None else check_positive(max_clip_multiplier, "max_clip_multiplier")
     limits = _Limits(
         max_clip_multiplier=cap,

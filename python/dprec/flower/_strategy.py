@@ -381,8 +381,11 @@ class DPRECStrategy(Strategy):
                 raise ValueError("sampling_rate is required for sampling='poisson' (each node's probability)")
             if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, float, np.floating, np.integer)):
                 raise TypeError(f"sampling_rate must be a float, got {type(sampling_rate).__name__}")
-            if not 0.0 < float(sampling_rate) <= 1.0:
-                raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+            if not 0.0 < float(sampling_rate) <= 1.0:  # NaN fails too
+                raise ValueError(
+                    f"DPRECStrategy (Flower Message API): sampling_rate must be in (0, 1], got {sampling_rate!r}; "
+                    "it is each node's probability of taking part in a round (0.1: a tenth of the nodes)"
+                )
             if rng is not None and not isinstance(rng, np.random.Generator):
                 raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
         else:
@@ -421,6 +424,12 @@ class DPRECStrategy(Strategy):
             raise TypeError(
                 f"adaptive_clipping must be a bool or a dprec.flower.AdaptiveClipping, got {type(adaptive_clipping).__name__}"
             )
+        if sampling == "without_replacement":
+            problem = _sample_plan_problem(
+                strategy, "fraction_train", "min_train_nodes", "min_available_nodes", num_clients
+            )
+            if problem:
+                raise ValueError(f"DPRECStrategy (Flower Message API): {problem}")
         from ..accounting import dprec_rec  # noqa: PLC0415 - SciPy is optional
 
         # ValueError naming threat_model / relation / method (with the valid choices) now, not after a round.
@@ -1421,6 +1430,35 @@ def _read_reply(reply: Message, layout: Layout) -> tuple[str, ConfigRecord, DPRE
         raise TypeError(f"{MESSAGE_KEY!r} holds {type(blob).__name__}, not bytes")
     # Compared with the layout (length, groups, digest, bits) before any per-group work: nothing to check after.
     return name, record, DPRECMessage.from_bytes(blob, layout)
+
+
+def _sample_plan_problem(
+    strategy: Any, fraction_name: str, min_name: str, available_name: str, num_clients: int | None
+) -> str | None:
+    """Why the wrapped strategy's own sampling (without replacement) cannot be accounted, or None.
+
+    Its fraction must be in (0, 1]; with a known population ``N`` (``num_clients``), its minimum sample ``B`` and
+    the nodes it waits for must not exceed ``N`` (B <= N without replacement: more would sample at a rate above
+    the accounted ``B / N``).
+    """
+    cls = type(strategy).__name__
+    fraction = getattr(strategy, fraction_name, None)
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not 0.0 < fraction <= 1.0:
+        return (
+            f"the wrapped {cls}'s {fraction_name}={fraction!r} is not a sampling rate in (0, 1]: sampling without "
+            f"replacement draws B = {fraction_name} x N of the N nodes; give {cls} a {fraction_name} in (0, 1]"
+        )
+    if num_clients is None:
+        return None
+    for name in (min_name, available_name):
+        value = getattr(strategy, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > num_clients:
+            return (
+                f"the wrapped {cls}'s {name}={value} exceeds num_clients={num_clients}: sampling without "
+                f"replacement is accounted for B <= N nodes of the population N; lower {name}, or give num_clients "
+                f"the population size (sampling='with_replacement' allows B > N)"
+            )
+    return None
 
 
 def _quantile_bit(record: ConfigRecord, noise: float) -> float:
