@@ -7,7 +7,7 @@ Adding DP-REC to an existing Flower app (Message API: ``ClientApp``, ``ServerApp
     from dprec.flower import DPRECStrategy, dprec_mod
 
     client_app = ClientApp(mods=[dprec_mod])                  # client: compress the update
-    codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, max_group_size=4096)
+    codec = DPRECCodec(sigma=0.1, clip_multiplier=1.0, max_group_size=4096)
     strategy = DPRECStrategy(FedAvg(fraction_train=0.1), codec, delta=1e-5)  # server: decode, aggregate, account
     # or the wrapper samples each node with probability 0.1 (Poisson sampling)
     strategy = DPRECStrategy(FedAvg(), codec, delta=1e-5, sampling="poisson", sampling_rate=0.1)
@@ -32,9 +32,10 @@ Nothing else changes: the ``@app.train()`` function still returns its trained ar
   ``context.state`` under :data:`STATE_KEY`.
 * :class:`DPRECStrategy` takes at most one reply per train message of the round (one per
   sampled node, except with replacement: one per slot), drops any reply that fails (logged,
-  counted in ``"dprec-dropped"``), decodes
-  and averages the rest in one pass (uniform weights unless ``weighted_by_key``), applies the
-  mean, and accounts each round with ``sampling=``
+  counted in ``"dprec-dropped"``), decodes the replies as they arrive into float64 sums (memory
+  O(model), whatever the number of clients) and averages the kept ones (uniform weights unless
+  ``weighted_by_key``), applies the mean, adapts the clip norm (:class:`AdaptiveClipping`, on by
+  default: each message carries a noisy bit, :data:`QUANTILE_BIT_KEY`), and accounts each round with ``sampling=``
   (:data:`STRATEGY_SAMPLING`), ``threat_model`` (default ``"server"``), ``relation`` (default
   ``"zero"``) and ``method="sound"``; the per-round metrics carry ``"dprec-epsilon"`` and
   ``"dprec-epsilon.<threat model>.<relation>"``, and :attr:`DPRECStrategy.history` the rounds
@@ -50,6 +51,10 @@ The train messages are then ``FitIns`` (the codec's parameters in their config),
 whose parameters hold no tensors and whose metrics carry the DP-REC message; the wrapper runs a
 :class:`DPRECStrategy` inside and hands the wrapped strategy the DP mean, so FedAdam's or FedAvgM's
 server step applies to it.
+
+Bad configurations fail at construction with the class, its API and the fix named: a strategy of the
+other API, a Poisson rate outside (0, 1], a wrapped strategy whose fraction is outside (0, 1] or whose
+minimum sample exceeds ``num_clients`` (sampling without replacement), ``make_dprec_mod`` given as a mod.
 
 See the *Flower* page of the documentation for what travels, what the server keeps, and how each
 sampling mode is accounted.

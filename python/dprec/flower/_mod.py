@@ -77,7 +77,10 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
     3. computes the update ``reply - global`` of the floating-point arrays, encodes it with
        a fresh seed and private randomness from the OS entropy source, and replaces the
        reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
-       ``"dprec"``; other records (the ``MetricRecord``) are kept.
+       ``"dprec"``; other records (the ``MetricRecord``) are kept. With adaptive clipping (the
+       train config holds :data:`CONFIG_QUANTILE_NOISE`, ``s``) the record also holds
+       :data:`QUANTILE_BIT_KEY`: ``1[norm <= clip norm] + N(0, s^2)``, the noise from the OS entropy
+       source.
 
     Legacy apps (``ClientApp(client_fn=..., mods=[dprec_mod])`` with a ``NumPyClient``, the
     server's strategy wrapped in :class:`DPRECLegacyStrategy`) work the same way: their train

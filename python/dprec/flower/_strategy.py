@@ -162,8 +162,8 @@ class DPRECStrategy(Strategy):
       and its slot under :data:`CONFIG_SLOT`; the client mod encodes each with a fresh seed);
     * in :meth:`aggregate_train`: keeps at most one reply per train message of this round, from
       its node (one per sampled node, except with replacement); drops (logs, counts) every
-      reply that fails (see *Untrusted replies* below); decodes and averages the rest in one
-      pass (:meth:`DPRECCodec.aggregate`, uniform weights), returns ``global + mean`` for the
+      reply that fails (see *Untrusted replies* below); averages the rest (uniform weights; decoded
+      as they arrived, see *Streaming* below), returns ``global + mean`` for the
       floating arrays (other arrays unchanged), steps the accountant, logs epsilon
       with its threat model, relation, sampling and conversion (``inf`` with the reason where
       no bound is proved) and the bytes on the wire, and adds them to the returned
@@ -191,6 +191,18 @@ class DPRECStrategy(Strategy):
     not a finite number ``>= 0`` or above ``max_weight``. A client can still send a well-formed
     message for any update it likes: the server checks where a message comes from and that it
     is new, not what it encodes.
+
+    Streaming. Under :meth:`start` the round's train messages are pushed and the replies pulled as
+    they arrive; each pulled batch is checked, parsed and decoded into float64 sums
+    (:meth:`DPRECCodec.accumulate`, one array per tensor), so the server never holds one decoded
+    update per client. :meth:`aggregate_train` settles the round on all of its replies (the same
+    drops whatever the order of arrival; the sums rebuilt from the kept messages when one accumulated
+    on arrival is dropped). The mean is ``float32(sums / count)``.
+
+    Adaptive clipping (default; ``adaptive_clipping=False`` turns it off): each round's codec has
+    ``sigma = C_t / c``, ``C_t`` set from the noisy fraction of the previous round's aggregated updates
+    that fitted (:class:`AdaptiveClipping`); the clients' bits are accounted (the accountant's
+    ``quantile_noise``).
 
     Evaluation is delegated unchanged. :meth:`start` is Flower's ``Strategy.start`` (its
     ``num_rounds`` also plans the accounting), returning Flower's ``Result``.
@@ -292,8 +304,8 @@ class DPRECStrategy(Strategy):
         Weight each client's update by this key of its ``MetricRecord`` (e.g.
         ``"num-examples"``) instead of uniformly. The accounting assumes data-independent
         weights, so the reported epsilon does not cover weights that depend on the data.
-        The weights are divided by the largest before they are summed (float64, ``math.fsum``),
-        so no claim overflows them.
+        The weights are divided by the power of two below the largest before they are summed
+        (float64), so no claim overflows them.
     max_weight : float, optional
         The largest weight a reply may claim, ``> 0``; default: no cap (honest clients' sizes
         vary too widely for one default). With ``weighted_by_key`` a reply above it is dropped
@@ -305,6 +317,10 @@ class DPRECStrategy(Strategy):
         honest value.
     keep_messages : bool
         Keep every aggregated message's bytes in :attr:`history` (for audits and tests).
+    adaptive_clipping : bool or AdaptiveClipping
+        ``True`` (default): the clip norm follows a private quantile of the clients' update norms
+        (:class:`AdaptiveClipping` with its defaults; each message carries a noisy bit, accounted);
+        ``False``: the codec's clip norm, fixed; or an :class:`AdaptiveClipping` with other settings.
 
     Attributes
     ----------
