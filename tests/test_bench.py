@@ -201,3 +201,37 @@ def test_pytest_benchmark_harness_runs():
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_bench_flower_streaming_script(tmp_path):
+    """bench/bench_flower_streaming.py at 4 clients x 1,000 parameters: each row (DP-REC streamed with and without
+    adaptive clipping, DP-REC with every reply at once, float32 FedAvg) runs one round in a process of its own and
+    lands in the table and the JSON."""
+    if sys.version_info < (3, 11):
+        pytest.skip("dprec.flower needs flwr's Message API (Python >= 3.11)")
+    pytest.importorskip("flwr")
+    pytest.importorskip("scipy")
+    import json
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_flower_streaming.py"
+    if not script.exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    path = tmp_path / "round.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--clients", "4", "--params", "1000", "--json", str(path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    out = proc.stdout
+    assert "CPU:" in out and "cores" in out and "peak RSS (MiB)" in out, out
+    labels = ["DP-REC, streamed (adaptive clipping)", "DP-REC, streamed (fixed clip norm)", "DP-REC, all replies at once",
+              "FedAvg, float32"]
+    for label in labels:
+        assert f"{label} |" in out, out
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["label"] for r in rows] == labels
+    assert all(r["aggregated"] == 4 and r["pulls"] >= 1 and r["peak_rss_mib"] > 0 for r in rows)
+    dprec, fixed, at_once, fedavg = rows
+    assert dprec["wire_bytes"] > fixed["wire_bytes"]  # the quantile bit
+    assert dprec["wire_bytes"] < fedavg["wire_bytes"] == dprec["float32_wire_bytes"]
+    assert dprec["decode_in_pulls_s"] > 0 and at_once["decode_in_pulls_s"] == 0
