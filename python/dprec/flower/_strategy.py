@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import sys
@@ -493,7 +494,7 @@ class DPRECStrategy(Strategy):
         # Seeds of every DP-REC message received so far (8 bytes of entropy each: honest seeds do not
         # repeat), to drop a replayed one.
         self._seen_seeds: set[int] = set()
-        self._float32_wire: dict[bytes, int] = {}
+        self._float32_wire: dict[tuple, int] = {}
         if not (isinstance(strategy, FedAvg) and type(strategy).aggregate_train is FedAvg.aggregate_train):
             log(
                 WARNING,
@@ -899,11 +900,13 @@ class DPRECStrategy(Strategy):
 
     def _float32_wire_nbytes(self, layout: Layout, template: Mapping[str, np.ndarray]) -> int:
         """Per-client size of the same arrays sent as a float32 ArrayRecord (cached per layout)."""
-        if layout.digest not in self._float32_wire:
+        # Keyed by names and shapes (not the layout's digest, which changes with sigma every adaptive round).
+        shapes = tuple((k, tuple(v.shape)) for k, v in template.items())
+        if shapes not in self._float32_wire:
             key = getattr(self.strategy, "arrayrecord_key", "arrays")
             record = ArrayRecord({k: Array(np.zeros(v.shape, dtype=np.float32)) for k, v in template.items()})
-            self._float32_wire[layout.digest] = wire_nbytes(record, key)
-        return self._float32_wire[layout.digest]
+            self._float32_wire[shapes] = wire_nbytes(record, key)
+        return self._float32_wire[shapes]
 
     def _aggregate_metrics(self, replies: list[Message], stats: DPRECRound) -> MetricRecord | None:
         """The wrapped strategy's train-metric aggregation over the replies whose metrics are usable.
@@ -1379,13 +1382,15 @@ class _RoundState:
             self._ids = {m.message_id: int(m.dst_node_id) for m in self.sent if m.message_id}
         return self._ids
 
-    @property
+    @functools.cached_property
     def sent_to(self) -> Counter:
+        """Node -> train messages sent to it this round."""
         return Counter(int(m.dst_node_id) for m in self.sent)
 
-    @property
+    @functools.cached_property
     def nodes(self) -> set[int]:
-        return {int(m.dst_node_id) for m in self.sent}
+        """The nodes sent a train message this round."""
+        return set(self.sent_to)
 
 
 class _StreamingGrid:
