@@ -1,8 +1,10 @@
 """Adaptive clipping's noisy quantile bits in DP-REC's round accountant (``quantile_noise``).
 
-Each message carries one bit ``1[||update|| <= C_t] + N(0, s^2)``: sensitivity 1, Renyi cost
-``a / (2 s^2)`` per bit, added unamplified per step (a slot with replacement, a round otherwise) to
-every finite curve (docs: *Which guarantee do I have?*, section 4.10).
+Each message carries one bit ``1[||update|| <= C_t] + N(0, s^2)``: sensitivity 1, log-moment
+``a (a-1) / (2 s^2)``, folded into each message's bound: inside the sampling mixture of the attributed
+curves, and as the (update, bit) Gaussian's larger shift in the with-replacement message observer's
+bounds. Never above the old bound (the bits added unamplified, ``a / (2 s^2)`` per step), never below
+the bit-free curve (docs: *Which guarantee do I have?*, section 4.10).
 """
 
 from __future__ import annotations
@@ -84,11 +86,57 @@ def test_quantile_bits_rdp_closed_form(sampling):
     assert np.array_equal(quantile_bits_rdp(s, None), quantile_bits_rdp(s, DPREC_DEFAULT_ORDERS))
 
 
+def _step(sampling, threat_model, relation, bits, groups, s=None, c=0.545, orders=ORDERS):
+    q = B / N if sampling != "with_replacement" else 1.0 / N
+    return dprec_step_rdp(
+        c,
+        q,
+        orders,
+        threat_model=threat_model,
+        relation=relation,
+        sampling=sampling,
+        num_clients=N,
+        bits=bits,
+        groups=groups,
+        quantile_noise=s,
+    )
+
+
+def _both_tails(forward, rev, delta):
+    return max(
+        epsilon_per_order(ORDERS, forward, delta / 2, method="balle").min(),
+        epsilon_per_order(ORDERS, rev, delta / 2, method="balle").min(),
+    )
+
+
+@pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
+@pytest.mark.parametrize("threat_model", THREAT_MODELS)
+@pytest.mark.parametrize("relation", RELATIONS)
+@pytest.mark.parametrize("bits,groups", VARIANTS)
+@pytest.mark.parametrize("s", [0.05, 0.7, 2.0, 30.0])
+def test_folded_step_between_no_bits_and_unamplified(sampling, threat_model, relation, bits, groups, s):
+    """Per step and order: no-bit curve <= folded curve <= no-bit curve + a / (2 s^2) (the old, unamplified
+    bound); strictly below the latter somewhere whenever the step is subsampled."""
+    plain = _step(sampling, threat_model, relation, bits, groups)
+    folded = _step(sampling, threat_model, relation, bits, groups, s)
+    unamplified = quantile_bits_rdp(s, ORDERS)
+    if np.all(np.isinf(plain[0])):
+        assert np.all(np.isinf(folded[0])) and np.all(np.isinf(folded[1]))
+        return
+    for p, f in zip(plain, folded):
+        assert np.all(np.isfinite(f))
+        assert np.all(f <= p + unamplified)  # exactly: the accountant takes the minimum with it
+        # Never below the bit-free curve (up to the exact reverse quadrature's ~1e-12 relative noise).
+        assert np.all(f >= p * (1.0 - 1e-9))
+        assert np.any(f > p)
+        assert np.any(f < (p + unamplified) * (1.0 - 1e-3))
+
+
 @pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
 @pytest.mark.parametrize("threat_model", THREAT_MODELS)
 @pytest.mark.parametrize("relation", RELATIONS)
 @pytest.mark.parametrize("bits,groups", [(None, None), (42, 6)])
-def test_added_term_is_k_a_over_2s2_per_round(sampling, threat_model, relation, bits, groups):
+def test_accountant_composes_the_folded_step(sampling, threat_model, relation, bits, groups):
     s = 2.0
     kw = dict(RUN, bits=bits, groups=groups, sampling=sampling, threat_model=threat_model, relation=relation)
     base = DPRECRoundAccountant(**kw).step(rounds=T)
@@ -106,34 +154,40 @@ def test_added_term_is_k_a_over_2s2_per_round(sampling, threat_model, relation, 
     if threat_model == "central" and bits is not None:
         observer = "messages"  # at these settings REC's total variation cannot be paid: the messages route
         assert "message observer's bound" in with_bits.composition
-    step = dprec_step_rdp(
-        0.545,
-        B / N if sampling != "with_replacement" else 1.0 / N,
-        ORDERS,
-        threat_model=observer,
-        relation=relation,
-        sampling=sampling,
-        num_clients=N,
-        bits=bits,
-        groups=groups,
-    )
-    extra = T * k * ORDERS / (2.0 * s * s)
-    forward = T * steps_per_round * step[0] + extra
-    rev = T * steps_per_round * step[1] + extra
+    step = _step(sampling, observer, relation, bits, groups, s)
+    forward = T * steps_per_round * step[0]
+    rev = T * steps_per_round * step[1]
     i = int(np.flatnonzero(ORDERS == with_bits.order)[0])
     assert with_bits.forward == pytest.approx(forward[i], rel=1e-12)
     assert with_bits.reverse == pytest.approx(rev[i], rel=1e-12)
     # The whole curves: both tails of the hand-composed curves at delta / 2 give the same epsilon.
-    eps = max(
-        epsilon_per_order(ORDERS, forward, RUN["delta"] / 2, method="balle").min(),
-        epsilon_per_order(ORDERS, rev, RUN["delta"] / 2, method="balle").min(),
-    )
-    assert with_bits.epsilon == pytest.approx(eps, rel=1e-12)
+    assert with_bits.epsilon == pytest.approx(_both_tails(forward, rev, RUN["delta"]), rel=1e-12)
     assert with_bits.epsilons[relation] == with_bits.epsilon
+    # Never above the old bound (the bits added unamplified: k a / (2 s^2) per round).
+    plain = _step(sampling, observer, relation, bits, groups)
+    extra = T * k * ORDERS / (2.0 * s * s)
+    old = _both_tails(T * steps_per_round * plain[0] + extra, T * steps_per_round * plain[1] + extra, RUN["delta"])
+    assert with_bits.epsilon <= old
     assert "quantile bits" in with_bits.summary() and "quantile bits" in with_bits.composition
 
 
-def test_rounds_of_different_sizes_add_one_term_per_step():
+def test_central_with_bits_total_variation_route_uses_the_folded_gaussian_curves():
+    """The "central" observer with bits, when REC's total-variation cost is payable: the Gaussian curves
+    with the bits folded, then the same eta as without bits (the bits are the same kernel in both runs)."""
+    s = 3.0
+    kw = dict(RUN, bits=60, groups=1, sampling="with_replacement", threat_model="central", delta=1e-2)
+    plain = DPRECRoundAccountant(**kw).step(rounds=T)
+    got = DPRECRoundAccountant(**kw, quantile_noise=s).step(rounds=T)
+    assert "total-variation" in got.composition and got.overhead == plain.overhead > 0.0
+    gauss = DPRECRoundAccountant(**dict(kw, bits=None), quantile_noise=s).step(rounds=T)
+    i = int(np.flatnonzero(ORDERS == got.order)[0])
+    step = _step("with_replacement", "central", "zero", None, None, s)
+    assert got.forward == pytest.approx(T * B * step[0][i], rel=1e-12)
+    assert got.epsilon == pytest.approx(gauss.epsilon, rel=1e-6)  # eta ~ 1e-15 here: nearly the Gaussian's
+    assert got.epsilon >= gauss.epsilon and plain.epsilon < got.epsilon
+
+
+def test_rounds_of_different_sizes_compose_the_folded_steps():
     s = 3.0
     for sampling in SAMPLING_SCHEMES:
         acc = DPRECRoundAccountant(**dict(RUN, bits=None, sampling=sampling), quantile_noise=s)
@@ -143,7 +197,7 @@ def test_rounds_of_different_sizes_add_one_term_per_step():
         wr = sampling == "with_replacement"
         steps = 3 * 5 + 2 * 8 if wr else 3 + 2  # slots, or rounds
         assert got.steps == steps
-        base = sum(
+        total = sum(
             r
             * (b if wr else 1)
             * dprec_step_rdp(
@@ -154,10 +208,24 @@ def test_rounds_of_different_sizes_add_one_term_per_step():
                 relation="zero",
                 sampling=sampling,
                 num_clients=N,
+                quantile_noise=s,
             )[0][i]
             for b, r in [(5, 3), (8, 2)]
         )
-        assert got.forward == pytest.approx(base + steps * ORDERS[i] / (2 * s * s), rel=1e-12)
+        assert got.forward == pytest.approx(total, rel=1e-12)
+        # Each step: the Gaussian's ATTRIBUTED at c_eff = sqrt(c^2 + 1/s^2).
+        c_eff = math.sqrt(0.545**2 + 1.0 / (s * s))
+        q = 1.0 / N if wr else 5 / N
+        assert dprec_step_rdp(
+            0.545,
+            q,
+            ORDERS,
+            threat_model="server",
+            relation="zero",
+            sampling=sampling,
+            num_clients=N,
+            quantile_noise=s,
+        )[0] == pytest.approx(_mix(q, ORDERS * (ORDERS - 1) * c_eff**2 / 2) / (ORDERS - 1), rel=1e-12)
 
 
 # --------------------------------------------------------------------------------------
@@ -216,32 +284,38 @@ def test_shared_participation_inequalities(q):
 @pytest.mark.parametrize("c", [0.1, 0.545, 2.0])
 @pytest.mark.parametrize("s", [0.2, 1.0, 5.0])
 @pytest.mark.parametrize("bits", [None, 42])
-def test_library_curves_obey_the_inequalities(q, c, s, bits):
-    """In Renyi units, with the library's curves: the accounted round (REC's mixture + the bits) is at
-    least the exact attributed round with the bit inside the mixture, which is at least what accounting
-    the bits as a second Poisson-sampled mechanism would claim (the unsound way)."""
+def test_attributed_step_is_the_mixture_of_the_joint_moment(q, c, s, bits):
+    """The attributed step with the bit is exactly f(m + (a-1) y) / (a - 1): m the message's log-moment
+    bound, (a-1) y = a (a-1) / (2 s^2) the bit's, inside the mixture. It is at most the old bound
+    (the bit-free step plus y, unamplified) and at least what accounting the bits as a second
+    Poisson-sampled mechanism would claim (the unsound way)."""
     a = ORDERS
     y = quantile_bits_rdp(s, a)
     kw = dict(threat_model="server", relation="zero", sampling="poisson", num_clients=1000)
     rec = dprec_step_rdp(c, q, a, bits=bits, groups=6 if bits else None, **kw)
+    folded = dprec_step_rdp(c, q, a, bits=bits, groups=6 if bits else None, quantile_noise=s, **kw)
     bits_sampled = dprec_step_rdp(1.0 / s, q, a, **kw)[0]  # a Poisson-sampled Gaussian bit (c = 1 / s)
     if bits is None:  # the message's log-moments, (a - 1) times its Renyi divergence
         moments = (a * (a - 1.0) * c * c / 2.0,) * 2
     else:
-        moments = rec_message_log_moments(c, a, 2 ** (42 // 6))
-    for curve, m in zip(rec, moments):
-        assert np.allclose(curve, _mix(q, m) / (a - 1.0), rtol=1e-12, atol=0.0)  # the library's round: f(m)
+        k = 2 ** (42 // 6)
+        moments = rec_message_log_moments(c, a, k)
+        assert np.allclose(moments[0], a * a * c * c * (1.0 + 1.0 / k) / 2.0, rtol=1e-14, atol=0.0)  # closed form
+    for curve, got, m in zip(rec, folded, moments):
+        assert np.allclose(curve, _mix(q, m) / (a - 1.0), rtol=1e-12, atol=0.0)  # the bit-free round: f(m)
         exact_joint = _mix(q, m + (a - 1.0) * y) / (a - 1.0)  # the bit inside the mixture: f(m + (a-1) y)
-        assert np.all(curve + y >= exact_joint * (1.0 - 1e-12))
+        assert np.allclose(got, exact_joint, rtol=1e-12, atol=0.0)
+        assert np.all(got <= curve + y)
         assert np.all(curve + bits_sampled <= exact_joint * (1.0 + 1e-12))
         if q < 1.0:
             assert np.any(curve + bits_sampled < exact_joint * (1.0 - 1e-6))
+            assert np.any(got < (curve + y) * (1.0 - 1e-6))
         else:
             assert np.allclose(curve + y, exact_joint, rtol=1e-12, atol=0.0)  # no sampling: equality
 
 
 # --------------------------------------------------------------------------------------
-# The exact joint divergence of one round (server, Gaussian variant)
+# The exact joint divergence of one attributed step (server, Gaussian variant and REC)
 # --------------------------------------------------------------------------------------
 
 
@@ -277,7 +351,9 @@ def test_exact_joint_closed_form_by_quadrature(a, c, s):
 @pytest.mark.parametrize("sampling", ["poisson", "without_replacement"])
 @pytest.mark.parametrize("c,s", [(0.545, 1.0), (0.545, 10.0), (2.0, 0.3), (0.05, 0.05)])
 @pytest.mark.parametrize("b", [1, 10, 73, 100])
-def test_accountant_round_dominates_the_exact_joint(sampling, c, s, b):
+def test_accountant_round_equals_the_exact_joint(sampling, c, s, b):
+    """Server, Gaussian variant, one Poisson / without-replacement round: the accountant's round is the
+    exact joint divergence (message and bit), not just a bound on it."""
     q = b / N
     exact = _exact_joint_round(q, c, s, ORDERS)
     kw = dict(
@@ -290,22 +366,41 @@ def test_accountant_round_dominates_the_exact_joint(sampling, c, s, b):
         threat_model="server",
         quantile_noise=s,
     )
-    # The accountant's composed per-round curve at every default order (one order per accountant).
+    # The accountant's composed per-round curve at every 15th default order (one order per accountant).
     for i in range(0, ORDERS.size, 15):
         got = DPRECRoundAccountant(**dict(kw, orders=[ORDERS[i]])).step()
         assert got.order == ORDERS[i]
-        assert got.forward >= exact[i] * (1 - 1e-12) and got.reverse >= exact[i] * (1 - 1e-12)
-    # and at all of them through the closed form the accountant composes (checked above).
-    curve = dprec_step_rdp(c, q, ORDERS, threat_model="server", relation="zero", sampling=sampling, num_clients=N)
-    assert np.all(curve[0] + quantile_bits_rdp(s, ORDERS) >= exact * (1 - 1e-12))
-    # The epsilon of the exact joint (the Gaussian variant at c' = sqrt(c^2 + 1/s^2)) is a lower bound.
+        assert got.forward == pytest.approx(exact[i], rel=1e-12) and got.reverse == pytest.approx(exact[i], rel=1e-12)
+    curve = dprec_step_rdp(
+        c, q, ORDERS, threat_model="server", relation="zero", sampling=sampling, num_clients=N, quantile_noise=s
+    )
+    assert np.allclose(curve[0], exact, rtol=1e-12, atol=0.0) and np.allclose(curve[1], exact, rtol=1e-12, atol=0.0)
+    # The run equals the Gaussian variant without bits at c_eff = sqrt(c^2 + 1/s^2).
     joint = DPRECRoundAccountant(**dict(kw, clip_multiplier=math.sqrt(c * c + 1 / (s * s)), quantile_noise=None))
-    assert DPRECRoundAccountant(**kw).step(rounds=5).epsilon >= joint.step(rounds=5).epsilon * (1 - 1e-12)
+    assert DPRECRoundAccountant(**kw).step(rounds=5).epsilon == pytest.approx(joint.step(rounds=5).epsilon, rel=1e-9)
 
 
-def test_with_replacement_slot_dominates_the_exact_joint():
-    """The server's slot (q = 1/N) with the bit, against the exact attributed joint slot. (A message
-    observer learns less than this exact joint, so its curve need not dominate it.)"""
+@pytest.mark.parametrize("sampling", ["poisson", "without_replacement", "with_replacement"])
+@pytest.mark.parametrize("s", [0.5, 3.0])
+def test_accountant_rec_round_equals_the_mixture_of_the_message_bound_and_bit(sampling, s):
+    """Server, REC as sent (6 x 7 bits): per step log(1 - q + q exp(m(a) + a (a-1) / (2 s^2))) / (a - 1),
+    m the forward (closed form a^2 c^2 (1 + 1/K) / 2) and reverse message bounds."""
+    c, k = 0.545, 128
+    q = B / N if sampling != "with_replacement" else 1.0 / N
+    bit = ORDERS * (ORDERS - 1.0) / (2.0 * s * s)
+    forward = _mix(q, ORDERS * ORDERS * c * c * (1.0 + 1.0 / k) / 2.0 + bit) / (ORDERS - 1.0)
+    reverse = _mix(q, rec_message_log_moments(c, ORDERS, k)[1] + bit) / (ORDERS - 1.0)
+    for i in range(0, ORDERS.size, 40):
+        got = DPRECRoundAccountant(
+            **dict(RUN, bits=42, groups=6, sampling=sampling, orders=[ORDERS[i]]), quantile_noise=s
+        ).step()
+        steps = B if sampling == "with_replacement" else 1
+        assert got.forward == pytest.approx(steps * forward[i], rel=1e-12)
+        assert got.reverse == pytest.approx(steps * reverse[i], rel=1e-12)
+
+
+def test_with_replacement_server_slot_equals_the_exact_joint():
+    """The server's slot (q = 1/N) with the bit is the exact attributed joint slot; B slots per round."""
     c, s = 0.545, 1.0
     exact = _exact_joint_round(1.0 / N, c, s, ORDERS)
     for i in range(0, ORDERS.size, 15):
@@ -315,12 +410,230 @@ def test_with_replacement_slot_dominates_the_exact_joint():
             )
         )
         r = acc.step()
-        assert r.forward >= exact[i] * (1 - 1e-12) and r.reverse >= exact[i] * (1 - 1e-12)
-        # B slots of a round: B times the bit's cost.
+        assert r.forward == pytest.approx(exact[i], rel=1e-12) and r.reverse == pytest.approx(exact[i], rel=1e-12)
+        # B slots of a round: B times the slot.
         r_b = DPRECRoundAccountant(
             **dict(RUN, bits=None, sampling="with_replacement", quantile_noise=s, orders=[ORDERS[i]])
         ).step()
         assert r_b.forward == pytest.approx(B * r.forward, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# With replacement, message observer: the (update, bit) slot as a 2-D Gaussian mixture
+# --------------------------------------------------------------------------------------
+
+ORDERS_2D = np.arange(2.0, 17.0)
+
+
+def _slot_divergences(c, s, q, target_bit, others, relation, h=0.15):
+    """Both Renyi divergences of one with-replacement slot, by trapezoid quadrature in 2-D.
+
+    Coordinates in noise units: the update's projection on phi over sigma, the bit over s; every
+    client's slot is a unit Gaussian there. The target sits at (c, b/s), the zero update at (0, 1/s),
+    ``others`` is the mixture M of the other clients' points [((u, b/s), weight)]. Zero-out:
+    (1-q) M + q N(target) against (1-q) M + q N(zero); add/remove: (1-q) M + q N(target) against M.
+    Independent of dprec.accounting (NumPy and SciPy's logsumexp only).
+    """
+    from scipy.special import logsumexp  # noqa: PLC0415
+
+    half = ORDERS_2D[-1] * math.hypot(2.0 * c, 1.0 / s) + 10.0  # the tilted integrands' reach
+    g = np.arange(-half, half + h / 2, h)
+    x, y = np.meshgrid(g, g, indexing="ij")
+
+    def log_mixture(points):
+        return logsumexp(
+            np.stack([math.log(w) - 0.5 * ((x - px) ** 2 + (y - py) ** 2) for (px, py), w in points]), axis=0
+        ) - math.log(2.0 * math.pi)
+
+    mixture = [(pt, (1.0 - q) * w) for pt, w in others]
+    log_p = log_mixture(mixture + [((c, target_bit / s), q)])
+    log_p2 = log_mixture(mixture + [((0.0, 1.0 / s), q)]) if relation == "zero" else log_mixture(others)
+    cell = 2.0 * math.log(h)
+
+    def renyi(la, lb):
+        return np.array([max(logsumexp(a * la + (1.0 - a) * lb) + cell, 0.0) / (a - 1.0) for a in ORDERS_2D])
+
+    return renyi(log_p, log_p2), renyi(log_p2, log_p)
+
+
+def test_slot_quadrature_matches_the_sampled_gaussian_closed_form():
+    """The 2-D quadrature against a closed form: add/remove with every other client at one point is the
+    Poisson-sampled Gaussian at the distance d, E_{k ~ Bin(a, q)} exp(k (k-1) d^2 / 2)."""
+    from scipy.stats import binom  # noqa: PLC0415
+
+    c, s, q = 0.545, 0.5, 0.5
+    other = (-c, 1.0 / s)
+    d2 = (2.0 * c) ** 2 + 1.0 / (s * s)
+    forward, _ = _slot_divergences(c, s, q, 0, [(other, 1.0)], "add_remove")
+    for a, got in zip(ORDERS_2D, forward):
+        k = np.arange(int(a) + 1)
+        exact = math.log(np.sum(binom.pmf(k, int(a), q) * np.exp(k * (k - 1) * d2 / 2.0))) / (a - 1.0)
+        assert got == pytest.approx(exact, rel=1e-9)
+
+
+@pytest.mark.parametrize("c,s,n", [(0.545, 1.0, 10), (0.545, 0.5, 2), (1.5, 2.0, 10)])
+@pytest.mark.parametrize("relation", RELATIONS)
+def test_message_observer_slot_dominates_the_2d_mixture(c, s, n, relation):
+    """With replacement, message observer, Gaussian variant: the per-slot curves with the bit (for
+    zero-out min(ATTRIBUTED at sqrt(c^2 + 1/s^2), DOMINATED at shift sqrt(4 c^2 + 1/s^2)); for
+    add/remove the sampled Gaussian at that shift) are at least the actual slot's divergences, both
+    directions, orders 2..16, for adversarial mixtures M of the other clients: all at the farthest
+    point from the target (opposite update and bit; for add/remove this attains the bound), all at
+    the zero update, all at the target's point, and a mixture."""
+    q = 1.0 / n
+    bound_f, bound_r = dprec_step_rdp(
+        c,
+        q,
+        ORDERS_2D,
+        threat_model="messages",
+        relation=relation,
+        sampling="with_replacement",
+        num_clients=n,
+        quantile_noise=s,
+    )
+    for target_bit in (0, 1):
+        far = (-c, (1 - target_bit) / s)
+        for name, m in [
+            ("far", [(far, 1.0)]),
+            ("zero", [((0.0, 1.0 / s), 1.0)]),
+            ("target", [((c, target_bit / s), 1.0)]),
+            ("mixed", [(far, 0.5), ((0.0, 1.0 / s), 0.3), ((0.3 * c, 0.0), 0.2)]),
+        ]:
+            forward, reverse = _slot_divergences(c, s, q, target_bit, m, relation)
+            assert np.all(forward <= bound_f * (1.0 + 1e-9) + 1e-12), (target_bit, name)
+            assert np.all(reverse <= bound_r * (1.0 + 1e-9) + 1e-12), (target_bit, name)
+            if relation == "add_remove" and name == "far":
+                assert np.allclose(forward, bound_f, rtol=1e-9)  # attained: the farthest pair, sqrt(4 c^2 + 1/s^2)
+                assert np.allclose(reverse, bound_r, rtol=1e-9)
+    # The central observer's Gaussian curves are the message observer's.
+    central = dprec_step_rdp(
+        c,
+        q,
+        ORDERS_2D,
+        threat_model="central",
+        relation=relation,
+        sampling="with_replacement",
+        num_clients=n,
+        quantile_noise=s,
+    )
+    assert np.array_equal(central[0], bound_f) and np.array_equal(central[1], bound_r)
+
+
+def test_message_observer_slot_formulas():
+    """The with-replacement message observer's folded curves, written out: zero-out is the smaller of
+    ATTRIBUTED at c_eff = sqrt(c^2 + 1/s^2) and DOMINATED at half the largest shift,
+    sqrt(c^2 + 1/(4 s^2)); add/remove is the sampled Gaussian at shift sqrt(4 c^2 + 1/s^2) (reverse by
+    quadrature up to EXACT_REVERSE_MAX_CLIP, else the forward curve). Each, per order, capped by the old
+    bound (the bit-free curve plus a / (2 s^2)), which binds only beyond that limit."""
+    from dprec.accounting import EXACT_REVERSE_MAX_CLIP, dprec_reverse_rdp  # noqa: PLC0415
+    from dprec.accounting.dprec_rec import _zero_out_dominated_rdp  # noqa: PLC0415
+    from dprec.accounting.rdp import sampled_gaussian_rdp  # noqa: PLC0415
+
+    c, q = 0.545, 1.0 / N
+    for s in [0.3, 2.0, 0.009]:
+        shift = math.sqrt(4 * c * c + 1 / (s * s))
+        kw = dict(threat_model="messages", sampling="with_replacement", num_clients=N, quantile_noise=s)
+        zero = dprec_step_rdp(c, q, ORDERS, relation="zero", **kw)
+        attributed = _mix(q, ORDERS * (ORDERS - 1) * (c * c + 1 / (s * s)) / 2) / (ORDERS - 1)
+        unamplified = ORDERS / (2 * s * s)
+        plain_zero = dprec_step_rdp(c, q, ORDERS, relation="zero", **dict(kw, quantile_noise=None))
+        expected = np.minimum(attributed, _zero_out_dominated_rdp(shift / 2, q, ORDERS))
+        assert np.allclose(zero[0], np.minimum(expected, plain_zero[0] + unamplified), rtol=1e-12, atol=0.0)
+        assert np.allclose(zero[0], expected, rtol=1e-12, atol=0.0)  # the cap does not bind here
+        assert np.array_equal(zero[0], zero[1])
+        assert np.any(_zero_out_dominated_rdp(shift / 2, q, ORDERS) < attributed)  # both bounds matter
+        add = dprec_step_rdp(c, q, ORDERS, relation="add_remove", **kw)
+        plain_add = dprec_step_rdp(c, q, ORDERS, relation="add_remove", **dict(kw, quantile_noise=None))
+        fwd = sampled_gaussian_rdp(q, 1 / shift, ORDERS)
+        assert np.allclose(add[0], np.minimum(fwd, plain_add[0] + unamplified), rtol=1e-12, atol=0.0)
+        assert np.allclose(add[0], fwd, rtol=1e-12, atol=0.0)
+        if shift <= EXACT_REVERSE_MAX_CLIP:
+            rev = np.minimum(dprec_reverse_rdp(shift, q, ORDERS, reverse="exact"), fwd)
+            assert np.allclose(add[1], rev, rtol=1e-12, atol=0.0)
+        else:
+            # Beyond the quadrature's limit the folded reverse is the forward curve, and the old bound
+            # (the bit-free exact reverse at 2c plus a / (2 s^2)) is smaller at some orders: the cap binds.
+            assert np.allclose(add[1], np.minimum(fwd, plain_add[1] + unamplified), rtol=1e-12, atol=0.0)
+            assert np.any(plain_add[1] + unamplified < fwd)
+    assert math.sqrt(4 * c * c + 1 / 0.009**2) > EXACT_REVERSE_MAX_CLIP  # the last s takes the fallback
+
+
+@pytest.mark.parametrize("s", [1e-200, 1e-120, 1e-3])
+@pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
+def test_tiny_quantile_noise_gives_huge_or_infinite_epsilon(s, sampling):
+    for threat_model in THREAT_MODELS:
+        for bits, groups in [(None, None), (42, 6)]:
+            r = DPRECRoundAccountant(
+                **dict(RUN, bits=bits, groups=groups, sampling=sampling, threat_model=threat_model), quantile_noise=s
+            ).step(rounds=3)
+            assert r.epsilon > 1e5 or math.isinf(r.epsilon)
+
+
+# --------------------------------------------------------------------------------------
+# The documentation's table (docs/privacy.md, 4.10)
+# --------------------------------------------------------------------------------------
+
+# MNIST's setting: N = 100, B = 10, T = 1000, c = 0.545, delta = N^-1.1, server, zero-out.
+# (variant, sampling): [epsilon at s = inf (no bits), 20, 10, 5, 2, 1], before (the bits added
+# unamplified, k a / (2 s^2) per round) and after (folded into each message's mixture).
+TABLE_S = [None, 20.0, 10.0, 5.0, 2.0, 1.0]
+DOCS_TABLE = {
+    ("gaussian", "with_replacement"): (
+        [38.898, 63.898, 138.898, 438.898, 2538.898, 10038.898],
+        [38.898, 39.233, 40.246, 44.370, 76.919, 266.740],
+    ),
+    ("gaussian", "without_replacement"): (
+        [38.373, 40.873, 48.373, 78.373, 288.373, 1038.373],
+        [38.373, 38.698, 39.679, 43.668, 74.654, 240.108],
+    ),
+    ("rec", "with_replacement"): (
+        [86.012, 111.012, 186.012, 486.012, 2586.012, 10086.012],
+        [86.012, 86.464, 87.826, 93.375, 137.146, 391.439],
+    ),
+    ("rec", "without_replacement"): (
+        [83.159, 85.659, 93.159, 123.159, 333.159, 1083.159],
+        [83.159, 83.580, 84.848, 90.000, 129.823, 337.020],
+    ),
+}
+
+
+@pytest.mark.parametrize("variant,sampling", list(DOCS_TABLE))
+def test_docs_table(variant, sampling):
+    n, b, t, c = 100, 10, 1000, 0.545
+    delta = n**-1.1
+    bits, groups = (None, None) if variant == "gaussian" else (42, 6)
+    before_docs, after_docs = DOCS_TABLE[(variant, sampling)]
+    wr = sampling == "with_replacement"
+    q, steps, k = (1.0 / n, t * b, b) if wr else (b / n, t, 1)
+    plain = dprec_step_rdp(
+        c,
+        q,
+        ORDERS,
+        threat_model="server",
+        relation="zero",
+        sampling=sampling,
+        num_clients=n,
+        bits=bits,
+        groups=groups,
+    )
+    for s, before_doc, after_doc in zip(TABLE_S, before_docs, after_docs):
+        acc = DPRECRoundAccountant(
+            clip_multiplier=c,
+            bits=bits,
+            groups=groups,
+            num_clients=n,
+            clients_per_round=b,
+            delta=delta,
+            sampling=sampling,
+            quantile_noise=s,
+        )
+        after = acc.step(rounds=t).epsilon
+        extra = 0.0 if s is None else t * k * ORDERS / (2.0 * s * s)
+        before = _both_tails(steps * plain[0] + extra, steps * plain[1] + extra, delta)
+        assert round(after, 3) == after_doc and round(before, 3) == before_doc
+        assert after <= before
+        if s is not None:
+            assert after < before
 
 
 # --------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ Entry points
 :func:`dprec_step_rdp`, :func:`rec_message_log_moments`, :func:`rec_total_variation`
     The per-step Renyi curves and REC's per-message bounds behind them.
 :func:`quantile_bits_rdp`
-    The Renyi cost of adaptive clipping's noisy quantile bits (one per message), which the round
-    accountant adds with ``quantile_noise``.
+    The unamplified Renyi cost of adaptive clipping's noisy quantile bits (one per message): the
+    local guarantee's, and a cap on the round accountant's, which folds the bits into each
+    message's bound with ``quantile_noise``.
 
 Arguments the functions share: ``threat_model`` (``"server"``, the default: the observer knows
 which client sent each message; ``"messages"``: every message, not the sender; ``"central"``: the
@@ -736,9 +737,17 @@ def _rec_candidates(bits: Optional[int], groups: Optional[int] = None) -> Option
     return 1 << min(max(per_group, 1), 30)
 
 
-def _rec_attributed(c: float, q: float, alphas: np.ndarray, candidates: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
-    """Server view of one step with a DP-REC message at rate ``q`` (zero-out): forward and reverse RDP."""
+def _rec_attributed(
+    c: float, q: float, alphas: np.ndarray, candidates: Optional[int] = None, bit: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Server view of one step with a DP-REC message at rate ``q`` (zero-out): forward and reverse RDP.
+
+    ``bit``: the log-moment of a quantile bit released with the message (:func:`_bit_log_moment`),
+    added to the message's inside the mixture (a product kernel: log-moments add).
+    """
     log_f, log_r = rec_message_log_moments(c, alphas, candidates)
+    if bit is not None:
+        log_f, log_r = log_f + bit, log_r + bit
     return _log_mix_rdp(q, log_f, alphas), _log_mix_rdp(q, log_r, alphas)
 
 
@@ -783,14 +792,34 @@ def _resolve(method: Any, threat_model: Any, relation: Any, sampling: str) -> tu
     return method, tm, rel
 
 
-def _attributed(c: float, q: float, alphas: np.ndarray) -> np.ndarray:
-    """ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1)."""
-    return _poisson_round_rdp(c, q, alphas)
+def _attributed(c: float, q: float, alphas: np.ndarray, bit: Optional[np.ndarray] = None) -> np.ndarray:
+    """ATTRIBUTED(q, c)(a) = log(1 - q + q exp(a (a-1) c^2 / 2)) / (a - 1).
+
+    ``bit``: the log-moment of a quantile bit released with the message (:func:`_bit_log_moment`),
+    added inside the mixture: ``log(1 - q + q exp(a (a-1) c^2 / 2 + bit)) / (a - 1)``, the Gaussian's
+    ATTRIBUTED at ``sqrt(c^2 + 1/s^2)`` for ``bit = a (a-1) / (2 s^2)``.
+    """
+    if bit is None:
+        return _poisson_round_rdp(c, q, alphas)
+    with np.errstate(over="ignore"):
+        x = alphas * (alphas - 1.0) * (c * c / 2.0) + bit
+    return _log_mix_rdp(q, x, alphas)
+
+
+def _bit_log_moment(quantile_noise: float, alphas: np.ndarray) -> np.ndarray:
+    """Log-moment ``(a - 1) D_a = a (a - 1) / (2 s^2)`` of one quantile bit, both directions.
+
+    The bit ``1[||update|| <= C] + N(0, s^2)`` against a zero update's (whose bit is 1): means at most
+    1 apart. ``inf`` where ``s^2`` underflows.
+    """
+    s = quantile_noise
+    with np.errstate(over="ignore", divide="ignore"):
+        return alphas * (alphas - 1.0) / 2.0 / (s * s)
 
 
 def _sound_curves(
     c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int,
-    rec: Optional[int] = None,
+    rec: Optional[int] = None, quantile_noise: Optional[float] = None,
 ) -> "tuple[np.ndarray, np.ndarray] | str":
     """Per-step (forward, reverse) curves of ``method="sound"``, or the reason there is none.
 
@@ -799,39 +828,77 @@ def _sound_curves(
     as sent (seed and index); for ``"server"`` and ``"messages"`` the message itself is bounded
     (:func:`rec_message_log_moments`), for ``"central"`` the Gaussian curves hold and REC's cost is a
     total-variation term added by :func:`_finish_sound`.
+
+    ``quantile_noise=s``: every message also carries adaptive clipping's noisy quantile bit
+    (docs: *Which guarantee do I have?*, 4.10), folded into each message's bound: the bit's
+    log-moment ``a (a-1) / (2 s^2)`` inside the attributed mixtures, and for the Gaussian-based
+    routes the joint (update, bit) Gaussian's larger shift. Per order, the smaller of that and the
+    bit-free curve plus the unamplified ``a / (2 s^2)`` (:func:`quantile_bits_rdp`; both are bounds).
     """
+    plain = _sound_curves_at(c, q, alphas, threat_model=threat_model, relation=relation, sampling=sampling, n=n,
+                             rec=rec, quantile_noise=None)
+    if quantile_noise is None or isinstance(plain, str):
+        return plain
+    unamplified = quantile_bits_rdp(quantile_noise, alphas)
+    old = (plain[0] + unamplified, plain[1] + unamplified)
+    if not math.hypot(2.0 * c, 1.0 / quantile_noise) <= 2.0 * MAX_CLIP_MULTIPLIER:
+        return old  # absurdly small s: every curve is astronomically large (or inf) anyway
+    folded = _sound_curves_at(c, q, alphas, threat_model=threat_model, relation=relation, sampling=sampling, n=n,
+                              rec=rec, quantile_noise=quantile_noise)
+    assert not isinstance(folded, str)
+    return np.minimum(folded[0], old[0]), np.minimum(folded[1], old[1])
+
+
+def _sound_curves_at(
+    c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int,
+    rec: Optional[int], quantile_noise: Optional[float],
+) -> "tuple[np.ndarray, np.ndarray] | str":
+    """:func:`_sound_curves` without the minimum; ``quantile_noise`` folded into every route.
+
+    With the bit, one message's release is ``(message, bit)``, the bit independent of the message
+    given the update. Attributed routes (the server's, and those that use it by post-processing):
+    the joint log-moment is the message's plus ``a (a-1) / (2 s^2)``, inside the mixture. Gaussian
+    routes with replacement: in noise units (the update divided by ``sigma``, the bit by ``s``)
+    every client's slot is a unit Gaussian in ``d + 1`` dimensions at ``(phi_j / sigma, b_j / s)``,
+    ``b_j`` in {0, 1}; the farthest two are ``sqrt(4 c^2 + 1/s^2)`` apart (opposite updates,
+    opposite bits), which replaces ``2c`` (the largest shift those bounds use).
+    """
+    bit = None if quantile_noise is None else _bit_log_moment(quantile_noise, alphas)
     if rec and threat_model in ("server", "messages"):
         if relation == "add_remove":
             return _SERVER_ADD_REMOVE if threat_model == "server" else _REC_MESSAGES_ADD_REMOVE
         # "messages": the server's bound, by post-processing (dropping the attribution).
-        return _rec_attributed(c, q, alphas, int(rec))
+        return _rec_attributed(c, q, alphas, int(rec), bit)
     if threat_model == "server":
         if relation == "add_remove":
             return _SERVER_ADD_REMOVE
-        curve = _attributed(c, q, alphas)
+        curve = _attributed(c, q, alphas, bit)
         return curve, curve.copy()
     # "messages", and "central" (the same curves: the decoded sum is a function of the
     # unattributed messages; nothing better is proved).
     if sampling != "with_replacement":
         if relation == "add_remove":
             return _reason_messages_add_remove(sampling)
-        curve = _attributed(c, q, alphas)
+        curve = _attributed(c, q, alphas, bit)
         return curve, curve.copy()
+    # The largest shift between two clients' slots, in noise units (2c without the bits).
+    shift = 2.0 * c if quantile_noise is None else math.hypot(2.0 * c, 1.0 / quantile_noise)
     if relation == "add_remove":
         if n < 2:
             # The reduction compares the target's slot with another client's: with N = 1 there is none, and a
             # run without the target releases nothing at all.
             return _ONE_CLIENT_ADD_REMOVE
-        # Joint convexity: a sampled Gaussian at sensitivity 2C (noise multiplier 1 / (2c)).
-        forward = sampled_gaussian_rdp(q, 0.5 / c, alphas)
-        if q < 1.0 and 2.0 * c <= EXACT_REVERSE_MAX_CLIP:
-            reverse = dprec_reverse_rdp(2.0 * c, q, alphas, reverse="exact")
+        # Joint convexity: a sampled Gaussian at sensitivity 2C (noise multiplier 1 / (2c)); with the bits, at the
+        # (update, bit) shift (MTZ19's monotonicity in the shift holds in d + 1 dimensions too).
+        forward = sampled_gaussian_rdp(q, 0.5 / c if quantile_noise is None else 1.0 / shift, alphas)
+        if q < 1.0 and shift <= EXACT_REVERSE_MAX_CLIP:
+            reverse = dprec_reverse_rdp(shift, q, alphas, reverse="exact")
         else:
             reverse = forward.copy()  # reverse <= forward (Mironov, Talwar and Zhang 2019)
         return forward, np.minimum(reverse, forward)
     # zero, with replacement: the smaller of ATTRIBUTED and the hockey-stick dominance bound (each
     # valid on its own; WBK's size-1 subsample bound never beat both, see the docs' privacy page, 4.4).
-    curve = np.minimum(_attributed(c, q, alphas), _zero_out_dominated_rdp(c, q, alphas))
+    curve = np.minimum(_attributed(c, q, alphas, bit), _zero_out_dominated_rdp(shift / 2.0, q, alphas))
     return curve, curve.copy()
 
 
@@ -858,6 +925,11 @@ def _zero_out_dominated_rdp(c: float, q: float, alphas: np.ndarray) -> np.ndarra
     Hence ``D_a <= log(exp((a-1) SG(a)) + a (a-1) q^2 (exp(4 c^2) - 1) / 2) / (a-1)`` with
     ``SG = sampled_gaussian_rdp(q, 1 / (2c))``; for small ``q`` about twice ``SG`` at low orders and
     ``SG`` at high ones.
+
+    Only the largest distance ``2C`` (in noise units ``2c``) between the target's point and the zero
+    update's or any point of ``M`` enters, so the bound holds for any unit Gaussians in any dimension
+    with those distances at most ``2c``: with adaptive clipping's quantile bits (the slot a Gaussian in
+    ``(update / sigma, bit / s)``) it is called at half of ``sqrt(4 c^2 + 1/s^2)``.
     """
     sg = sampled_gaussian_rdp(q, 0.5 / c, alphas)
     am1 = alphas - 1.0
@@ -885,6 +957,7 @@ def dprec_step_rdp(
     num_clients: int,
     bits: Optional[int] = None,
     groups: Optional[int] = None,
+    quantile_noise: Optional[float] = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-step (one slot with replacement, one round otherwise) Renyi curves of ``method="sound"``.
 
@@ -912,6 +985,12 @@ def dprec_step_rdp(
         for ``"server"`` and ``"messages"`` the seed-visible message bound
         (:func:`rec_message_log_moments`; the curves do not depend on the number of bits); for
         ``"central"`` the Gaussian curves (REC's cost there is a total-variation term in delta).
+    groups : int, optional
+        Groups per message (REC's bound uses the smallest group's ``2^(bits // groups)`` candidates).
+    quantile_noise : float, optional
+        ``s > 0``: each message also carries adaptive clipping's noisy quantile bit
+        ``1[||update|| <= C] + N(0, s^2)``, folded into the message's bound (what
+        :class:`DPRECRoundAccountant` composes with ``quantile_noise``; docs, 4.10). ``None``: no bits.
     """
     c = _check_clip_multiplier(clip_multiplier)
     q = check_probability(sampling_rate, "sampling_rate")
@@ -922,7 +1001,9 @@ def dprec_step_rdp(
     n = check_count(num_clients, "num_clients")
     if bits is not None:
         check_bits(bits)
-    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n, rec=_rec_candidates(bits, groups))
+    s = None if quantile_noise is None else _check_quantile_noise(quantile_noise)
+    out = _sound_curves(c, q, alphas, threat_model=tm, relation=rel, sampling=sampling, n=n,
+                        rec=_rec_candidates(bits, groups), quantile_noise=s)
     if isinstance(out, str):
         return np.full(alphas.shape, np.inf), np.full(alphas.shape, np.inf)
     return out
@@ -944,16 +1025,17 @@ def _check_quantile_noise(value: Any) -> float:
 
 
 def quantile_bits_rdp(quantile_noise: float, orders: Any, messages_per_round: int = 1) -> np.ndarray:
-    """Renyi cost of one round of adaptive clipping's noisy quantile bits, per order (both directions).
+    """Unamplified Renyi cost of adaptive clipping's noisy quantile bits, per order (both directions).
 
     With adaptive clipping (Andrew et al. 2021) every client message carries one noisy bit
     ``1[||update|| <= C_t] + N(0, s^2)``, ``s = quantile_noise`` (in bit units, drawn by the client).
     The bit has sensitivity 1 (a zero update has norm 0, so its bit is 1; the target's is 0 or 1),
-    so one bit costs the Gaussian's ``a / (2 s^2)`` at order ``a``, in both directions. A round
-    in which one client sends at most ``k = messages_per_round`` messages (1 for ``"poisson"`` and
-    ``"without_replacement"``, ``B`` for ``"with_replacement"``) costs at most ``k a / (2 s^2)``,
-    added unamplified to the round's REC curves (chain rule of the Renyi divergence; see
-    :class:`DPRECRoundAccountant` and the *Which guarantee do I have?* page, section 4.10).
+    so one bit costs the Gaussian's ``a / (2 s^2)`` at order ``a``, in both directions; ``k =
+    messages_per_round`` of them cost ``k a / (2 s^2)``. This is the per-message cost with no
+    sampling amplification: the local guarantee adds it per message. :class:`DPRECRoundAccountant`
+    folds the bits into each message's bound instead (much smaller when the step is subsampled),
+    and uses this term only as a cap: the bit-free step plus ``a / (2 s^2)`` is also an upper bound
+    (chain rule of the Renyi divergence; see the *Which guarantee do I have?* page, section 4.10).
 
     Parameters
     ----------
@@ -1735,28 +1817,27 @@ class DPRECRoundAccountant:
 
     **Adaptive clipping** (``quantile_noise=s``, ``method="sound"`` only). Each message then also
     carries one noisy bit ``1[||update|| <= C_t] + N(0, s^2)`` (Andrew et al. 2021), independent of
-    the message given the update; ``c = C_t / sigma_t`` stays fixed, so REC's curves are unchanged
-    and the bits are an extra release. Every step adds ``a / (2 s^2)``
-    (:func:`quantile_bits_rdp`), unamplified, to the forward and reverse curves of every finite
-    (threat model, relation): ``k a / (2 s^2)`` per round, ``k`` the most messages one client sends
-    in a round (``B`` with replacement, where a step is a slot; 1 otherwise). Proof sketch (the
-    docs' section 4.10): by the chain rule of the Renyi divergence,
-    ``D_a(P_XY || Q_XY) <= D_a(P_X || Q_X) + sup_x D_a(P_Y|x || Q_Y|x)``, with ``X`` a step's
-    REC view and ``Y`` its bits. Given ``X``, the bits are mixtures of ``N(mu, s^2)`` with every
-    ``mu`` in [0, 1] in both worlds, one bit per slot (server: only the target's bits differ,
-    each by at most 1), so each costs at most ``a / (2 s^2)`` by joint convexity; Poisson and
-    without-replacement ``"messages"``/``"central"`` use the server's curves, and get the bits'
-    cost through the server's view (post-processing). In log-moments (``(a - 1)`` times Renyi),
-    with ``f(x) = log(1 - q + q e^x)``, ``x`` a message's and ``y = (a - 1) a / (2 s^2)`` a bit's,
-    the exact attributed round with its bit is ``f(x + y)`` (a product kernel: log-moments add),
-    and ``f(x + y) <= f(x) + y`` for ``y >= 0`` (as ``1 - q <= (1 - q) e^y``): adding the bits
-    unamplified is an upper bound. Accounting them as a separately subsampled mechanism,
-    ``f(x) + f(y)``, would be unsound: the participation event is shared, and
-    ``f(x) + f(y) <= f(x + y)`` (``e^f(x+y) - e^(f(x)+f(y)) = q (1 - q) (e^x - 1) (e^y - 1) >= 0``).
-    For ``"central"`` with
-    ``bits``, REC's total-variation cost is unchanged: the bits are the same kernel in the REC and
-    Gaussian runs. The local guarantee adds ``a / (2 s^2)`` per message. Where the curves are
-    ``inf`` with a reason they stay so. With ``quantile_noise``, ``T`` rounds no longer equal
+    the message given the update and released with it; ``c = C_t / sigma_t`` stays fixed. The bit is
+    folded into each message's bound (the docs' section 4.10): against a zero update (whose bit is 1)
+    it has sensitivity 1, log-moment ``a (a-1) / (2 s^2)``, and a message with its bit has the
+    message's log-moment plus that (a product kernel). So the attributed curves (the server's, and
+    the message and central observers' where they use it by post-processing) are
+    ``log(1 - q + q exp(m(a) + a (a-1) / (2 s^2))) / (a - 1)``, forward and reverse moments ``m``
+    separately (the Gaussian variant's is ATTRIBUTED at ``sqrt(c^2 + 1/s^2)``); the with-replacement
+    message observer's Gaussian bounds, which only use that two clients' slots are unit Gaussians at
+    most ``2c`` apart in noise units, take the (update, bit) Gaussian's largest distance
+    ``sqrt(4 c^2 + 1/s^2)`` instead; ``"central"`` with ``bits`` pays REC's total-variation cost on
+    top, unchanged. Per order, each curve is capped by the old bound, the bit-free curve plus
+    ``a / (2 s^2)`` per step, unamplified (:func:`quantile_bits_rdp`; also an upper bound, by the
+    chain rule of the Renyi divergence); the cap only binds at rounding level, or where the shift
+    ``sqrt(4 c^2 + 1/s^2)`` exceeds :data:`EXACT_REVERSE_MAX_CLIP` and the folded add/remove reverse
+    falls back to the forward curve. In
+    log-moments, with ``f(x) = log(1 - q + q e^x)``, ``x`` a message's and ``y`` a bit's, the folded
+    attributed step is ``f(x + y)``; ``f(x + y) <= f(x) + y`` (why the old bound held), while
+    accounting the bits as a separately subsampled mechanism, ``f(x) + f(y)``, would be unsound: the
+    participation event is shared, and ``f(x) + f(y) <= f(x + y)``. The local
+    guarantee adds ``a / (2 s^2)`` per message. Where the curves are ``inf`` with a reason they stay
+    so. With ``quantile_noise``, ``T`` rounds no longer equal
     :func:`dprec_epsilon` (which has no bits)::
 
         acc = codec.accountant(template, num_clients=100, clients_per_round=10, delta=1e-5,
@@ -1859,8 +1940,6 @@ class DPRECRoundAccountant:
         if self._groups is not None and self._bits is not None and self._groups > self._bits:
             raise ValueError(f"groups must be <= bits (every group has at least 1 bit), got {groups} > {bits}")
         self._alphas = _orders(orders)
-        # Adaptive clipping's bits: a / (2 s^2) per step (a slot with replacement, a round otherwise).
-        self._bits_rdp = None if self._quantile_noise is None else quantile_bits_rdp(self._quantile_noise, self._alphas)
         self._planned = None if rounds is None else check_count(rounds, "rounds")
         if self._reverse == "exact" and self._sampling == "with_replacement":
             # The exact reverse term has a limit on c: fail now rather than at the first step.
@@ -1949,8 +2028,9 @@ class DPRECRoundAccountant:
                     observers.append("messages")
                 rec = _rec_candidates(self._bits, self._groups)
                 self._curves[key] = {
-                    (tm, rel): self._with_bits(_sound_curves(self._c, key_rate, self._alphas, threat_model=tm,
-                                                             relation=rel, sampling=self._sampling, n=self._n, rec=rec))
+                    (tm, rel): _sound_curves(self._c, key_rate, self._alphas, threat_model=tm, relation=rel,
+                                             sampling=self._sampling, n=self._n, rec=rec,
+                                             quantile_noise=self._quantile_noise)
                     for tm in observers for rel in RELATIONS
                 }
             elif isinstance(key, float):
@@ -2009,22 +2089,17 @@ class DPRECRoundAccountant:
             else:
                 result = route(tm)
             if self._quantile_noise is not None:
-                per = "slot (B per round)" if self._sampling == "with_replacement" else "round"
                 result = _replace(result, composition=result.composition + (
-                    f"; plus adaptive clipping's noisy quantile bits (one per message, noise std "
-                    f"quantile_noise = {self._quantile_noise:g}): a / (2 s^2) per {per}, unamplified, added to "
-                    "both curves (chain rule); the local guarantee includes them"
+                    f"; with adaptive clipping's noisy quantile bits (one per message, noise std "
+                    f"quantile_noise = {self._quantile_noise:g}) folded into each message's bound: the bit's "
+                    "a (a-1) / (2 s^2) added to the message's log-moment inside the sampling mixture, or the "
+                    "(update, bit) Gaussian's shift sqrt(4 c^2 + 1/s^2) in the with-replacement message observer's "
+                    "bounds (never above adding a / (2 s^2) per step unamplified); the local guarantee includes them"
                 ))
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
         self._rate_sum = rate_sum
         self._accounting = result
         return result
-
-    def _with_bits(self, entry: "tuple[np.ndarray, np.ndarray] | str") -> "tuple[np.ndarray, np.ndarray] | str":
-        """A step's sound curves plus the quantile bits' ``a / (2 s^2)`` (reasons and no bits: unchanged)."""
-        if self._bits_rdp is None or isinstance(entry, str):
-            return entry
-        return entry[0] + self._bits_rdp, entry[1] + self._bits_rdp
 
     def _compose(self, units: dict, relation: Any) -> tuple[np.ndarray, np.ndarray]:
         forward = np.zeros(self._alphas.shape)
