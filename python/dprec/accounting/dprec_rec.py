@@ -845,6 +845,8 @@ def _sound_curves(
         return old  # absurdly small s: every curve is astronomically large (or inf) anyway
     folded = _sound_curves_at(c, q, alphas, threat_model=threat_model, relation=relation, sampling=sampling, n=n,
                               rec=rec, quantile_noise=quantile_noise)
+    if folded is None:
+        return old
     assert not isinstance(folded, str)
     return np.minimum(folded[0], old[0]), np.minimum(folded[1], old[1])
 
@@ -852,16 +854,15 @@ def _sound_curves(
 def _sound_curves_at(
     c: float, q: float, alphas: np.ndarray, *, threat_model: str, relation: str, sampling: str, n: int,
     rec: Optional[int], quantile_noise: Optional[float],
-) -> "tuple[np.ndarray, np.ndarray] | str":
-    """:func:`_sound_curves` without the minimum; ``quantile_noise`` folded into every route.
+) -> "tuple[np.ndarray, np.ndarray] | str | None":
+    """:func:`_sound_curves` without the minimum; ``quantile_noise`` folded where it can be (None: nowhere).
 
     With the bit, one message's release is ``(message, bit)``, the bit independent of the message
     given the update. Attributed routes (the server's, and those that use it by post-processing):
-    the joint log-moment is the message's plus ``a (a-1) / (2 s^2)``, inside the mixture. Gaussian
-    routes with replacement: in noise units (the update divided by ``sigma``, the bit by ``s``)
-    every client's slot is a unit Gaussian in ``d + 1`` dimensions at ``(phi_j / sigma, b_j / s)``,
-    ``b_j`` in {0, 1}; the farthest two are ``sqrt(4 c^2 + 1/s^2)`` apart (opposite updates,
-    opposite bits), which replaces ``2c`` (the largest shift those bounds use).
+    the joint log-moment is the message's plus ``a (a-1) / (2 s^2)`` (the discrete Gaussian bit's
+    bound), inside the mixture. With replacement, against an observer without the attribution, the
+    zero-out curve is that attributed one (post-processing) and add/remove has no folded bound (None):
+    the Gaussian-geometry routes need a continuous joint Gaussian, which the lattice bit is not.
     """
     bit = None if quantile_noise is None else _bit_log_moment(quantile_noise, alphas)
     if rec and threat_model in ("server", "messages"):
@@ -881,8 +882,18 @@ def _sound_curves_at(
             return _reason_messages_add_remove(sampling)
         curve = _attributed(c, q, alphas, bit)
         return curve, curve.copy()
+    if quantile_noise is not None:
+        # The bit is a discrete Gaussian on a lattice (sent as an integer: a float sum would leak the bit through
+        # its rounding, Mironov 2012). Its divergences between two shifts are at most the continuous Gaussian's
+        # (Canonne, Kamath and Steinke 2020), which is all the attributed mixture and the unamplified bound need;
+        # the Gaussian-geometry routes below (a sampled Gaussian at the joint shift, hockey-stick dominance) are
+        # derived for a continuous joint Gaussian and are not used with the bits.
+        if relation == "add_remove":
+            return None  # _sound_curves: the bit-free route plus the unamplified bit
+        curve = _attributed(c, q, alphas, bit)
+        return curve, curve.copy()
     # The largest shift between two clients' slots, in noise units (2c without the bits).
-    shift = 2.0 * c if quantile_noise is None else math.hypot(2.0 * c, 1.0 / quantile_noise)
+    shift = 2.0 * c
     if relation == "add_remove":
         if n < 2:
             # The reduction compares the target's slot with another client's: with N = 1 there is none, and a
