@@ -81,7 +81,7 @@ DROP_REASONS = (
     "unsolicited",  # not from the node of one of this round's train messages, in reply to it
     "duplicate-reply",  # a train message answered more than once this round (all its replies)
     "bad-message",  # no DP-REC message, or bytes that are not one for this model and codec (any failure)
-    "duplicate-seed",  # a seed in several of this round's replies (all of them)
+    "duplicate-seed",  # a seed in several of this round's replies that passed the origin checks (all of them)
     "replayed-seed",  # a seed already received in an earlier round
     "bad-weight",  # weighted_by_key missing, not a finite number >= 0
     "above-max-weight",  # weighted_by_key above max_weight

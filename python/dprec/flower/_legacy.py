@@ -152,6 +152,9 @@ class DPRECLegacyStrategy(Strategy):
             sampling="without_replacement",
             adaptive_clipping=adaptive_clipping,
         )
+        # The legacy strategy has sampled its clients when the core configures a round: the core must not wait for
+        # N connected clients then (a client that left would block the round forever); it warns instead.
+        self._core._wait_for_population = False
         self.codec = self._core.codec
         # Round -> node -> the core's train message to that node (the replies answer them).
         self._sent: dict[int, dict[int, Message]] = {}
@@ -369,7 +372,7 @@ class _ChosenNodes(FedAvg):
     """
 
     def __init__(self) -> None:
-        super().__init__(arrayrecord_key=_ARRAYS_NAME, configrecord_key=_CONFIG_NAME)
+        super().__init__(arrayrecord_key=_ARRAYS_NAME, configrecord_key=_CONFIG_NAME, min_train_nodes=1)
         self.min_available_nodes = 0  # the legacy strategy waited for its clients
         self.train_metrics_aggr_fn = None
         self.nodes: list[int] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from logging import DEBUG, ERROR
@@ -24,9 +23,10 @@ try:
 except ImportError:  # pragma: no cover - flwr < 1.23 kept it in flwr.common
     from flwr.common.recorddict_compat import parameters_to_arrayrecord
 
-from .._runtime.validation import check_int, check_positive, private_rng
+from .._runtime.validation import check_int, check_positive
 from ..constants import DEFAULT_BITS, MAX_BITS, MIN_BITS
 from ..rec.codec import DPRECCodec
+from ._adaptive import MAX_QUANTILE_NOISE, noisy_bit
 from ._common import (
     _CONFIG_KEYS,
     _DPREC_PREFIX,
@@ -175,9 +175,10 @@ def make_dprec_mod(
         :data:`DEFAULT_MAX_CANDIDATE_ELEMENTS` (2^32) and :data:`DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER`
         (2^10) times the parameters of the model.
     min_quantile_noise : float, optional
-        Adaptive clipping (:class:`AdaptiveClipping`): the smallest standard deviation ``s > 0`` of the noise
-        on the quantile bit this client accepts (a smaller ``s`` spends more privacy: ``1 / s^2`` adds to
-        ``c^2`` in each message's divergence); default: no cap.
+        Adaptive clipping (:class:`AdaptiveClipping`): the smallest noise scale ``s > 0`` on the quantile bit
+        this client accepts (a smaller ``s`` spends more privacy: ``1 / s^2`` adds to ``c^2`` in each
+        message's divergence); default ``2 / max_clip_multiplier`` when ``max_clip_multiplier`` is given
+        (the default ``s`` at the capped ``c``), else no cap.
 
     Returns
     -------
@@ -198,15 +199,22 @@ def make_dprec_mod(
         max_candidate_elements=None
         if max_candidate_elements is None
         else check_int(max_candidate_elements, "max_candidate_elements", 2, 2**63 - 1),
-        min_quantile_noise=None
-        if min_quantile_noise is None
-        else check_positive(min_quantile_noise, "min_quantile_noise"),
+        min_quantile_noise=_min_noise(min_quantile_noise, cap),
     )
 
     def capped_dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         return _dprec_mod(msg, context, call_next, limits)
 
     return capped_dprec_mod
+
+
+def _min_noise(min_quantile_noise: float | None, max_clip_multiplier: float | None) -> float | None:
+    """The client's floor on the quantile bit's noise: as given, else ``2 / max_clip_multiplier`` when ``c`` is
+    capped (the bit then costs at most a quarter of the capped ``c^2``: a cap on ``c`` alone would let the server
+    ask for a noise-free bit), else none."""
+    if min_quantile_noise is not None:
+        return check_positive(min_quantile_noise, "min_quantile_noise")
+    return None if max_clip_multiplier is None else 2.0 / max_clip_multiplier
 
 
 class _Refusal(Exception):
@@ -309,8 +317,8 @@ def _quantile_noise(config: ConfigRecord, limits: _Limits) -> float | None:
     if CONFIG_QUANTILE_NOISE not in config:
         return None
     value = config[CONFIG_QUANTILE_NOISE]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
-        raise _Refusal(f"the server's {CONFIG_QUANTILE_NOISE} must be a finite float > 0, got {_short(value)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= MAX_QUANTILE_NOISE):
+        raise _Refusal(f"the server's {CONFIG_QUANTILE_NOISE} must be a float in (0, 2**24], got {_short(value)}")
     if limits.min_quantile_noise is not None and value < limits.min_quantile_noise:
         raise _Refusal(
             f"the server asks for {CONFIG_QUANTILE_NOISE}={value:g}, below this client's "
@@ -400,8 +408,7 @@ def _encode_reply(
     dprec_record = ConfigRecord({MESSAGE_KEY: blob})  # every DP-REC entry of the reply, in either format
     if noise is not None:
         # Adaptive clipping: whether the update was within the clip norm, plus noise from the OS entropy source.
-        unclipped = float(info.norm <= info.clip_norm)
-        dprec_record[QUANTILE_BIT_KEY] = unclipped + float(private_rng(None).normal(0.0, noise))
+        dprec_record[QUANTILE_BIT_KEY] = noisy_bit(info.norm <= info.clip_norm, noise)  # an int on a lattice
     if legacy:
         # The legacy server reads a FitRes: "fitres.parameters" must stay, with no tensors; the entries ride in
         # the fit metrics (a FitRes's metrics take bytes), where DPRECLegacyStrategy finds them by their prefix.

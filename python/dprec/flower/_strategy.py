@@ -186,7 +186,7 @@ class DPRECStrategy(Strategy):
     ids: when its node replied more times than it was sent train messages), when it holds no
     DP-REC message for this model
     and codec (any failure of reading or parsing it, MemoryError included), when its seed
-    appears in another reply of the round (every copy: which one is the original cannot be
+    appears in another reply of the round that passed the origin checks (every copy: which one is the original cannot be
     told, and dropping all makes the round independent of the order of arrival) or was already
     received in an earlier round, or, with ``weighted_by_key``, when its weight is missing,
     not a finite number ``>= 0`` or above ``max_weight``. A client can still send a well-formed
@@ -491,6 +491,7 @@ class DPRECStrategy(Strategy):
         # Round -> its replies so far and the float64 sums of those accumulated (see _receive).
         self._rounds: dict[int, _RoundState] = {}
         self._last_round: int | None = None
+        self._wait_for_population = True  # DPRECLegacyStrategy's core: False (its clients are chosen already)
         # Seeds of every DP-REC message received so far (8 bytes of entropy each: honest seeds do not
         # repeat), to drop a replayed one.
         self._seen_seeds: set[int] = set()
@@ -681,7 +682,8 @@ class DPRECStrategy(Strategy):
                 self.accountant = self._new_accountant(template, num_available, int(self.clients_per_round))
             messages = self._slot_messages(self.select_nodes(nodes), server_round, arrays, config, grid)
         else:
-            if self.accountant is not None:  # fewer than N connected would sample at a rate above B / N
+            if self.accountant is not None and self._wait_for_population:
+                # Fewer than N connected would sample at a rate above B / N.
                 self._wait_for_nodes(grid, at_least=int(self.accountant.num_clients))
             messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
             num_available = len(list(grid.get_node_ids()))
@@ -1063,15 +1065,18 @@ class DPRECStrategy(Strategy):
         if self.adaptive_clipping is None:
             return self.codec
         c = self.codec.clip_multiplier
-        # sigma stays a normal float32 whose candidates cannot overflow (rec.kernels' range): the clip norm with it.
-        self.clip_norm = min(max(self.clip_norm, MIN_SIGMA * c), MAX_SIGMA * c)
-        return DPRECCodec(
-            sigma=self.clip_norm / c,
+        # sigma stays a normal float32 whose candidates cannot overflow (rec.kernels' range), and the clip norm is
+        # the codec's (sigma c: the round's clip norm exactly as the clients compute it).
+        sigma = min(max(self.clip_norm / c, MIN_SIGMA), MAX_SIGMA)
+        codec = DPRECCodec(
+            sigma=sigma,
             clip_multiplier=c,
             bits=self.codec.bits,
             max_group_size=self.codec.max_group_size,
             backend=self.codec.backend,
         )
+        self.clip_norm = codec.clip_norm
+        return codec
 
     # -- streaming --------------------------------------------------------------------------
 
@@ -1148,7 +1153,7 @@ class DPRECStrategy(Strategy):
 
     def _settle(self, state: _RoundState) -> list[_Entry]:
         """Classify every reply of the round as the whole round shows it (independent of the order of
-        arrival), log and count the drops, subtract the accumulated replies that are dropped, and
+        arrival), log and count the drops, rebuild the sums if an accumulated reply is dropped, and
         accumulate any kept one not accumulated yet. Returns the kept replies in arrival order."""
         stats = state.stats
         server_round = stats.server_round
@@ -1229,7 +1234,10 @@ class DPRECStrategy(Strategy):
         late = [e for e in kept if not e.accumulated]
         state.sums.add(late, 1.0)
         # In the order they were accumulated (arrival order, those settled late last): the order of the sums.
-        return [e for e in kept if e not in late] + late if late else kept
+        if not late:
+            return kept
+        late_ids = {id(e) for e in late}
+        return [e for e in kept if id(e) not in late_ids] + late
 
     def _account(self, stats: DPRECRound) -> Any:
         """Step the accountant for a round in which a message reached the server (Poisson: stepped already)."""
@@ -1414,13 +1422,17 @@ class _StreamingGrid:
         del messages
         end = time.time() + (timeout if timeout is not None else 0.0)
         replies: list[Message] = []
-        interval = float(getattr(self._grid, "pull_interval", 0.1) or 0.1)
-        while waiting and (timeout is None or time.time() < end):
-            batch = list(self._grid.pull_messages(waiting))
+        # The grid's own pull interval (InMemoryGrid's); 1 s otherwise (Flower's gRPC grid sleeps 3 s between pulls).
+        interval = float(getattr(self._grid, "pull_interval", 1.0) or 1.0)
+        while waiting:
+            expired = timeout is not None and time.time() >= end
+            batch = list(self._grid.pull_messages(waiting))  # once more at the deadline: what arrived meanwhile
             if batch:
                 replies.extend(batch)
                 waiting.difference_update(m.metadata.reply_to_message_id for m in batch)
                 self._strategy._receive(state, batch)
+            elif expired:
+                break
             else:
                 time.sleep(interval)
         return replies
@@ -1464,7 +1476,13 @@ def _sample_plan_problem(
     """
     cls = type(strategy).__name__
     fraction = getattr(strategy, fraction_name, None)
-    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not 0.0 < fraction <= 1.0:
+    minimum = getattr(strategy, min_name, None)
+    fixed_size = fraction == 0.0 and isinstance(minimum, int) and minimum >= 1  # legacy: a sample of min clients
+    if (
+        isinstance(fraction, (int, float))
+        and not isinstance(fraction, bool)
+        and not (0.0 < fraction <= 1.0 or fixed_size)
+    ):
         return (
             f"the wrapped {cls}'s {fraction_name}={fraction!r} is not a sampling rate in (0, 1]: sampling without "
             f"replacement draws B = {fraction_name} x N of the N nodes; give {cls} a {fraction_name} in (0, 1]"
@@ -1483,13 +1501,13 @@ def _sample_plan_problem(
 
 
 def _quantile_bit(record: ConfigRecord, noise: float) -> float:
-    """A reply's noisy quantile bit (adaptive clipping): a finite number, clamped to [-10 s, 1 + 10 s]."""
+    """A reply's noisy quantile bit (adaptive clipping): an integer ``Y``, as ``Y / M`` clamped to [-10 s, 1 + 10 s]."""
     value = record.get(QUANTILE_BIT_KEY)
     if value is None:
         raise ValueError(f"no {QUANTILE_BIT_KEY!r} (adaptive clipping; is the client's dprec too old?)")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{QUANTILE_BIT_KEY!r} must be a finite number, got {_short(value)}")
-    return AdaptiveClipping.clamp_bit(float(value), noise)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{QUANTILE_BIT_KEY!r} must be an integer (the bit on its lattice), got {_short(value)}")
+    return AdaptiveClipping.bit_value(value, noise)
 
 
 def _sender(reply: Message, ids: dict[str, int], nodes: set[int]) -> int | None:
