@@ -439,8 +439,15 @@ def test_legacy_strategy_round_by_hand():
 
 def test_legacy_strategy_drops_what_the_core_drops():
     codec = make_codec()
+    seen = []
+
+    def metrics_fn(pairs):
+        seen.append(pairs)
+        return {"clients": len(pairs)}
+
     strategy = DPRECLegacyStrategy(
-        legacy.FedAvg(fraction_fit=1.0, min_fit_clients=3, min_available_clients=3), codec, delta=DELTA, adaptive_clipping=False
+        legacy.FedAvg(fraction_fit=1.0, min_fit_clients=3, min_available_clients=3,
+                      fit_metrics_aggregation_fn=metrics_fn), codec, delta=DELTA, adaptive_clipping=False
     )
     cm, proxies = manager(3)
     params = ndarrays_to_parameters(initial_ndarrays())
@@ -454,6 +461,8 @@ def test_legacy_strategy_drops_what_the_core_drops():
     stats = strategy.history[0]
     assert (stats.num_aggregated, stats.num_failed, stats.dropped) == (1, 1, {"bad-message": 1})
     assert metrics["dprec-dropped.bad-message"] == 1 and metrics["dprec-clients"] == 1
+    # The user's metrics cover the aggregated client only, as in the Message API.
+    assert metrics["clients"] == 1 and len(seen[-1]) == 1
     np.testing.assert_array_equal(parameters_to_ndarrays(new)[2], [0])
 
     # A round whose every message is dropped: no parameters (the server keeps its own), but it is accounted.

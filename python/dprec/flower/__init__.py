@@ -54,7 +54,8 @@ server step applies to it.
 
 Bad configurations fail at construction with the class, its API and the fix named: a strategy of the
 other API, a Poisson rate outside (0, 1], a wrapped strategy whose fraction is outside (0, 1] or whose
-minimum sample exceeds ``num_clients`` (sampling without replacement), ``make_dprec_mod`` given as a mod.
+minimum sample exceeds ``num_clients`` (sampling without replacement); ``make_dprec_mod`` given as a mod
+is a TypeError naming the fix at its first call.
 
 See the *Flower* page of the documentation for what travels, what the server keeps, and how each
 sampling mode is accounted.

@@ -312,7 +312,10 @@ class DPRECLegacyStrategy(Strategy):
                 replies.append(_failure(msg, "no fit result (a failure of the round)"))
 
         new, core_metrics = self._core.aggregate_train(server_round, replies)
-        metrics = self._fit_metrics(server_round, results)
+        # The user's fit metrics over the results whose messages were aggregated (as the Message API does).
+        stats = next((h for h in reversed(self._core.history) if h.server_round == server_round), None)
+        aggregated = set(stats.nodes) if stats is not None else set()
+        metrics = self._fit_metrics(server_round, [(p, r) for p, r in results if int(p.node_id) in aggregated])
         if core_metrics is not None:
             metrics.update(dict(core_metrics.items()))
         if new is None:
@@ -349,7 +352,8 @@ class DPRECLegacyStrategy(Strategy):
             strategy.fit_metrics_aggregation_fn = saved
 
     def _fit_metrics(self, server_round: int, results: list[tuple[ClientProxy, FitRes]]) -> dict[str, Scalar]:
-        """The wrapped strategy's ``fit_metrics_aggregation_fn`` over the results, without their ``"dprec."`` keys."""
+        """The wrapped strategy's ``fit_metrics_aggregation_fn`` over the (aggregated) results, without their
+        ``"dprec."`` keys."""
         fn = getattr(self.strategy, "fit_metrics_aggregation_fn", None)
         if fn is None or not results:
             return {}

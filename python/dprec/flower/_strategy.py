@@ -109,6 +109,8 @@ class DPRECRound:
     streamed : bool
         Whether the replies were decoded and accumulated as they arrived (rounds run by
         :meth:`DPRECStrategy.start`), rather than when ``aggregate_train`` was called.
+    nodes : tuple of int
+        The node of each aggregated message, in aggregation order.
     clip_norm, sigma : float
         The round's clip norm ``C_t`` and the codec's ``sigma = C_t / c`` (fixed without adaptive clipping).
     unclipped_fraction : float
@@ -140,6 +142,7 @@ class DPRECRound:
     float32_wire_bytes: int = 0
     messages: tuple[bytes, ...] = field(default=(), repr=False)
     streamed: bool = False
+    nodes: tuple[int, ...] = ()
     clip_norm: float = 0.0
     sigma: float = 0.0
     unclipped_fraction: float = math.nan
@@ -991,6 +994,7 @@ class DPRECStrategy(Strategy):
             stats.accounted = True
         kept = self._settle(state)
         msgs = [e.msg for e in kept]
+        stats.nodes = tuple(int(e.node) for e in kept)
         log(
             INFO,
             "aggregate_train: %d DP-REC messages, %d failures, %d dropped",
