@@ -728,7 +728,7 @@ class DPRECCodec:
         for label, a in zip(tree.labels, leaves):
             if a.dtype != "float64":
                 raise TypeError(f"{label} must be float64 (the accumulator of the sums), got {a.dtype}")
-            if a.readonly or (not a.on_gpu and not a.host.flags.c_contiguous):
+            if a.readonly or (a.host is not None and not a.host.flags.c_contiguous):
                 raise ValueError(f"{label} must be a C-contiguous, writeable array")
         kernels = _dispatch.select(self._backend, leaves[0], "out")
         layout = self._make_layout(tree.names, [a.shape for a in leaves], tree.labels)
