@@ -1,10 +1,13 @@
 """Adaptive clipping's noisy quantile bits in DP-REC's round accountant (``quantile_noise``).
 
-Each message carries one bit ``1[||update|| <= C_t] + N(0, s^2)``: sensitivity 1, log-moment
-``a (a-1) / (2 s^2)``, folded into each message's bound: inside the sampling mixture of the attributed
-curves, and as the (update, bit) Gaussian's larger shift in the with-replacement message observer's
-bounds. Never above the old bound (the bits added unamplified, ``a / (2 s^2)`` per step), never below
-the bit-free curve (docs: *Which guarantee do I have?*, section 4.10).
+Each message carries one bit ``b = 1[||update|| <= C_t]`` sent as the integer ``b M + Z``,
+``Z ~ N_Z(0, (s M)^2)`` the discrete Gaussian (a float ``b + N(0, s^2)`` leaks ``b`` through its
+rounding): sensitivity ``M`` on the lattice, log-moment at most ``a (a-1) / (2 s^2)`` (exactly that at
+integer orders), folded into each message's bound inside the sampling mixture of the attributed
+curves. With replacement, against an observer without the attribution, zero-out uses the attributed
+curve and add/remove the bit-free curve plus the bits unamplified (the bit-free routes there need a
+continuous Gaussian). Never above the old bound (the bits added unamplified, ``a / (2 s^2)`` per
+step), never below the bit-free curve (docs: *Which guarantee do I have?*, section 4.10).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 pytest.importorskip("scipy")
 
 from scipy import integrate  # noqa: E402
+from scipy.special import logsumexp  # noqa: E402
 
 from dprec import DPRECCodec  # noqa: E402
 from dprec.accounting import (  # noqa: E402 - after the SciPy check
@@ -116,18 +120,14 @@ def _both_tails(forward, rev, delta):
 @pytest.mark.parametrize("s", [0.05, 0.7, 2.0, 30.0])
 def test_folded_step_between_no_bits_and_unamplified(sampling, threat_model, relation, bits, groups, s):
     """Per step and order: no-bit curve <= folded curve <= no-bit curve + a / (2 s^2) (the old, unamplified
-    bound); strictly below the latter somewhere whenever the step is subsampled."""
+    bound). Attributed routes: strictly below the latter somewhere (the step is subsampled). With
+    replacement against the message and central observers' Gaussian curves (the lattice bit cannot use
+    their Gaussian geometry): exactly min(attributed folded, old) for zero-out, the old bound for add/remove."""
     plain = _step(sampling, threat_model, relation, bits, groups)
     folded = _step(sampling, threat_model, relation, bits, groups, s)
     unamplified = quantile_bits_rdp(s, ORDERS)
     if np.all(np.isinf(plain[0])):
         assert np.all(np.isinf(folded[0])) and np.all(np.isinf(folded[1]))
-        return
-    if sampling == "with_replacement" and threat_model != "server" and relation == "add_remove":
-        # The lattice bit has no folded bound here (the route's geometry needs a continuous joint Gaussian):
-        # the bit-free curve plus the unamplified bit, exactly.
-        for p, f in zip(plain, folded):
-            np.testing.assert_array_equal(f, p + unamplified)
         return
     for p, f in zip(plain, folded):
         assert np.all(np.isfinite(f))
@@ -135,7 +135,26 @@ def test_folded_step_between_no_bits_and_unamplified(sampling, threat_model, rel
         # Never below the bit-free curve (up to the exact reverse quadrature's ~1e-12 relative noise).
         assert np.all(f >= p * (1.0 - 1e-9))
         assert np.any(f > p)
-        assert np.any(f < (p + unamplified) * (1.0 - 1e-3))
+    # The Gaussian curves of the unattributed with-replacement observers (REC as sent against "messages" uses
+    # its own attributed bound, 4.1).
+    gaussian_wr = sampling == "with_replacement" and (
+        threat_model == "central" or (threat_model == "messages" and bits is None)
+    )
+    if not gaussian_wr:
+        for p, f in zip(plain, folded):
+            assert np.any(f < (p + unamplified) * (1.0 - 1e-3))
+        return
+    q = 1.0 / N
+    if relation == "add_remove":
+        for p, f in zip(plain, folded):
+            np.testing.assert_array_equal(f, p + unamplified)
+        return
+    c = 0.545
+    attributed = _mix(q, ORDERS * (ORDERS - 1) * (c * c + 1 / (s * s)) / 2) / (ORDERS - 1)  # ATTRIBUTED at c_eff
+    for p, f in zip(plain, folded):
+        np.testing.assert_allclose(f, np.minimum(attributed, p + unamplified), rtol=1e-12, atol=0.0)
+        if s <= 2.0:  # the attributed curve wins somewhere (at s = 30 the unamplified a / 1800 is smaller)
+            assert np.any(f < (p + unamplified) * (1.0 - 1e-3))
 
 
 @pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
@@ -173,7 +192,11 @@ def test_accountant_composes_the_folded_step(sampling, threat_model, relation, b
     plain = _step(sampling, observer, relation, bits, groups)
     extra = T * k * ORDERS / (2.0 * s * s)
     old = _both_tails(T * steps_per_round * plain[0] + extra, T * steps_per_round * plain[1] + extra, RUN["delta"])
-    assert with_bits.epsilon <= old
+    assert with_bits.epsilon <= old * (1.0 + 1e-12)  # equal (to rounding) where nothing is folded
+    if sampling == "with_replacement" and observer != "server" and relation == "add_remove":
+        assert with_bits.epsilon == pytest.approx(old, rel=1e-12)  # the lattice bit: the old bound
+    elif sampling != "with_replacement" or observer == "server" or bits is not None:
+        assert with_bits.epsilon < 0.9 * old  # the attributed fold: well below it at s = 2
     assert "quantile bits" in with_bits.summary() and "quantile bits" in with_bits.composition
 
 
@@ -326,17 +349,94 @@ def test_attributed_step_is_the_mixture_of_the_joint_moment(q, c, s, bits):
 
 
 def _exact_joint_round(q, c, s, a):
-    """Exact D_a of one attributed round: absent w.p. 1 - q; else N(c) x N(0, s^2) bit shifted by 1.
+    """Exact D_a of one attributed round at integer orders: absent w.p. 1 - q; else N(c) x the lattice bit.
 
-    The joint message is a Gaussian with shift norm sqrt(c^2 + 1/s^2) in noise units.
+    The bit's moments at integer orders are the continuous Gaussian's (see _bit_renyi), so the joint
+    message's are those of a Gaussian with shift norm sqrt(c^2 + 1/s^2) in noise units.
     """
     return _mix(q, a * (a - 1.0) * (c * c + 1.0 / (s * s)) / 2.0) / (a - 1.0)
+
+
+def _dg_log_pmf(y, mean, scale):
+    """log P(Y = y) of the discrete Gaussian N_Z(mean, scale^2) at the integers y, for an integer mean.
+
+    The normaliser sum_k exp(-k^2 / (2 scale^2)) is the same for every integer mean.
+    """
+    reach = int(60.0 * scale) + 10
+    k = np.arange(-reach, reach + 1, dtype=np.float64)
+    log_norm = logsumexp(-(k * k) / (2.0 * scale * scale))
+    return -((y - mean) ** 2) / (2.0 * scale * scale) - log_norm
+
+
+def _bit_renyi(lattice, s, a):
+    """Both Renyi divergences of the sent bit, b M + N_Z(0, (s M)^2), between b = 1 and b = 0, by summing
+    over the integers (M = lattice): D_a(N_Z(M, (sM)^2) || N_Z(0, (sM)^2)) and the reverse."""
+    scale = s * lattice
+    reach = int(a * lattice + 40.0 * scale) + lattice + 10  # the tilted sums' reach (centres a M and (1 - a) M)
+    y = np.arange(-reach, reach + 1, dtype=np.float64)
+    one, zero = _dg_log_pmf(y, lattice, scale), _dg_log_pmf(y, 0, scale)
+    forward = logsumexp(a * one + (1.0 - a) * zero) / (a - 1.0)
+    reverse = logsumexp(a * zero + (1.0 - a) * one) / (a - 1.0)
+    return forward, reverse
+
+
+@pytest.mark.parametrize("lattice", [1, 4, 16, 64])
+@pytest.mark.parametrize("s", [0.3, 1.0, 3.0])
+def test_discrete_bit_renyi_is_at_most_the_gaussians(lattice, s):
+    """The lattice bit against a shift of one lattice step M (sensitivity M at scale s M): both Renyi
+    divergences at most the continuous Gaussian's a / (2 s^2) (Canonne, Kamath and Steinke 2020), with
+    equality at integer orders (then a M is on the lattice); strictly below at fractional orders on a
+    coarse lattice."""
+    gaussian = lambda a: a / (2.0 * s * s)  # noqa: E731
+    for a in range(2, 33):
+        for d in _bit_renyi(lattice, s, float(a)):
+            assert d == pytest.approx(gaussian(a), rel=1e-10)
+    for a in [1.5, 2.5, 7.3, 16.5, 31.9]:
+        for d in _bit_renyi(lattice, s, a):
+            assert d <= gaussian(a) * (1.0 + 1e-12)
+    if lattice == 1 and s == 0.3:
+        assert _bit_renyi(1, 0.3, 1.5)[0] < 0.9 * gaussian(1.5)
+
+
+@pytest.mark.parametrize("sampling", SAMPLING_SCHEMES)
+@pytest.mark.parametrize("bits,groups", [(None, None), (42, 6)])
+@pytest.mark.parametrize("lattice,s", [(1, 0.3), (8, 0.5), (64, 2.0)])
+def test_attributed_step_with_the_exact_discrete_bit(sampling, bits, groups, lattice, s):
+    """The attributed step (server; the message observers by post-processing) with the bit's exact
+    log-moment, summed over the lattice, inside the mixture: at most the accountant's step, both
+    directions (equal at these integer orders)."""
+    a = np.arange(2.0, 33.0)
+    c = 0.545
+    q = B / N if sampling != "with_replacement" else 1.0 / N
+    bit = np.array([_bit_renyi(lattice, s, x) for x in a])  # (forward, reverse) per order
+    if bits is None:
+        moments = (a * (a - 1.0) * c * c / 2.0,) * 2
+    else:
+        moments = rec_message_log_moments(c, a, 2 ** (bits // groups))
+    got = dprec_step_rdp(
+        c,
+        q,
+        a,
+        threat_model="server",
+        relation="zero",
+        sampling=sampling,
+        num_clients=N,
+        bits=bits,
+        groups=groups,
+        quantile_noise=s,
+    )
+    for direction, (m, curve) in enumerate(zip(moments, got)):
+        # The target (bit 0 or 1) against the zero update (bit 1): forward D(N_Z(0) || N_Z(M)), _bit_renyi's reverse.
+        exact = _mix(q, m + (a - 1.0) * bit[:, 1 - direction]) / (a - 1.0)
+        assert np.all(exact <= curve * (1.0 + 1e-10))
+        np.testing.assert_allclose(exact, curve, rtol=1e-10, atol=0.0)
 
 
 @pytest.mark.parametrize("a", [2.0, 3.0, 5.0, 8.0])
 @pytest.mark.parametrize("c,s", [(0.545, 1.0), (1.0, 0.5), (0.3, 3.0)])
 def test_exact_joint_closed_form_by_quadrature(a, c, s):
-    """The closed form: the message along phi and the bit are independent, the moment is the product."""
+    """The closed form: the message along phi and the bit are independent, the moment is the product (the
+    message's by quadrature, the lattice bit's by summation, at M = 4)."""
 
     def moment(shift, scale):
         def integrand(u):
@@ -349,7 +449,9 @@ def test_exact_joint_closed_form_by_quadrature(a, c, s):
         return integrate.quad(integrand, lo, hi, points=[a * shift], limit=400, epsabs=0, epsrel=1e-11)[0]
 
     q = 0.1
-    joint_moment = moment(c, 1.0) * moment(0.0 - 1.0, s)  # the bit: 0 (target) against 1 (zero update)
+    # The bit: 0 (target) against 1 (zero update), the reverse of _bit_renyi's forward.
+    bit_moment = math.exp((a - 1.0) * _bit_renyi(4, s, a)[1])
+    joint_moment = moment(c, 1.0) * bit_moment
     numeric = math.log(1 - q + q * joint_moment) / (a - 1)
     assert numeric == pytest.approx(float(_exact_joint_round(q, c, s, np.array([a]))[0]), rel=1e-8)
 
@@ -425,67 +527,90 @@ def test_with_replacement_server_slot_equals_the_exact_joint():
 
 
 # --------------------------------------------------------------------------------------
-# With replacement, message observer: the (update, bit) slot as a 2-D Gaussian mixture
+# With replacement, message observer: the (update, lattice bit) slot, exactly
 # --------------------------------------------------------------------------------------
 
 ORDERS_2D = np.arange(2.0, 17.0)
 
 
-def _slot_divergences(c, s, q, target_bit, others, relation, h=0.15):
-    """Both Renyi divergences of one with-replacement slot, by trapezoid quadrature in 2-D.
+def _slot_divergences(c, s, lattice, q, target_bit, others, relation, h=0.15):
+    """Both Renyi divergences of one with-replacement slot: the update's projection on phi (a unit Gaussian
+    in noise units, trapezoid quadrature) times the sent bit b M + N_Z(0, (s M)^2) (summed over the
+    integers), M = lattice.
 
-    Coordinates in noise units: the update's projection on phi over sigma, the bit over s; every
-    client's slot is a unit Gaussian there. The target sits at (c, b/s), the zero update at (0, 1/s),
-    ``others`` is the mixture M of the other clients' points [((u, b/s), weight)]. Zero-out:
-    (1-q) M + q N(target) against (1-q) M + q N(zero); add/remove: (1-q) M + q N(target) against M.
-    Independent of dprec.accounting (NumPy and SciPy's logsumexp only).
+    Points are (u, b): the update's projection over sigma and the bit. The target sits at (c, target_bit),
+    the zero update at (0, 1), ``others`` is the mixture of the other clients' points [((u, b), weight)].
+    Zero-out: (1-q) others + q target against (1-q) others + q zero; add/remove: (1-q) others + q target
+    against others. Independent of dprec.accounting (NumPy and SciPy's logsumexp only).
     """
-    from scipy.special import logsumexp  # noqa: PLC0415
-
-    half = ORDERS_2D[-1] * math.hypot(2.0 * c, 1.0 / s) + 10.0  # the tilted integrands' reach
-    g = np.arange(-half, half + h / 2, h)
-    x, y = np.meshgrid(g, g, indexing="ij")
+    half = ORDERS_2D[-1] * 2.0 * c + 12.0  # the tilted integrands' reach along the update
+    x = np.arange(-half, half + h / 2, h)[:, None]
+    scale = s * lattice
+    reach = int(ORDERS_2D[-1] * lattice + 40.0 * scale) + lattice + 10
+    y = np.arange(-reach, reach + 1, dtype=np.float64)[None, :]
+    bit_pmf = {b: _dg_log_pmf(y, b * lattice, scale) for b in (0, 1)}
 
     def log_mixture(points):
-        return logsumexp(
-            np.stack([math.log(w) - 0.5 * ((x - px) ** 2 + (y - py) ** 2) for (px, py), w in points]), axis=0
-        ) - math.log(2.0 * math.pi)
+        return (
+            logsumexp(np.stack([math.log(w) - 0.5 * (x - u) ** 2 + bit_pmf[b] for (u, b), w in points]), axis=0)
+            - 0.5 * math.log(2.0 * math.pi)
+            + math.log(h)
+        )  # log of the cell's mass
 
     mixture = [(pt, (1.0 - q) * w) for pt, w in others]
-    log_p = log_mixture(mixture + [((c, target_bit / s), q)])
-    log_p2 = log_mixture(mixture + [((0.0, 1.0 / s), q)]) if relation == "zero" else log_mixture(others)
-    cell = 2.0 * math.log(h)
+    log_p = log_mixture(mixture + [((c, target_bit), q)])
+    log_p2 = log_mixture(mixture + [((0.0, 1), q)]) if relation == "zero" else log_mixture(others)
 
     def renyi(la, lb):
-        return np.array([max(logsumexp(a * la + (1.0 - a) * lb) + cell, 0.0) / (a - 1.0) for a in ORDERS_2D])
+        return np.array([max(logsumexp(a * la + (1.0 - a) * lb), 0.0) / (a - 1.0) for a in ORDERS_2D])
 
     return renyi(log_p, log_p2), renyi(log_p2, log_p)
 
 
-def test_slot_quadrature_matches_the_sampled_gaussian_closed_form():
-    """The 2-D quadrature against a closed form: add/remove with every other client at one point is the
-    Poisson-sampled Gaussian at the distance d, E_{k ~ Bin(a, q)} exp(k (k-1) d^2 / 2)."""
+def _binomial_moment_rdp(q, d2, orders):
+    """E_{k ~ Bin(a, q)} exp(k (k-1) d2 / 2), as a Renyi divergence: the sampled pair at squared distance d2."""
     from scipy.stats import binom  # noqa: PLC0415
 
-    c, s, q = 0.545, 0.5, 0.5
-    other = (-c, 1.0 / s)
-    d2 = (2.0 * c) ** 2 + 1.0 / (s * s)
-    forward, _ = _slot_divergences(c, s, q, 0, [(other, 1.0)], "add_remove")
-    for a, got in zip(ORDERS_2D, forward):
+    out = []
+    for a in orders:
         k = np.arange(int(a) + 1)
-        exact = math.log(np.sum(binom.pmf(k, int(a), q) * np.exp(k * (k - 1) * d2 / 2.0))) / (a - 1.0)
-        assert got == pytest.approx(exact, rel=1e-9)
+        out.append(math.log(np.sum(binom.pmf(k, int(a), q) * np.exp(k * (k - 1) * d2 / 2.0))) / (a - 1.0))
+    return np.array(out)
 
 
-@pytest.mark.parametrize("c,s,n", [(0.545, 1.0, 10), (0.545, 0.5, 2), (1.5, 2.0, 10)])
+def test_slot_quadrature_matches_the_binomial_moments():
+    """The quadrature and lattice sum against a closed form: add/remove with every other client at the
+    farthest point (opposite update, opposite bit), forward. At integer orders (1 - q + q L)^a expands
+    into L's integer moments, and the lattice bit's equal the continuous Gaussian's, so the forward
+    divergence is the sampled Gaussian's at the joint distance sqrt(4 c^2 + 1/s^2), exactly."""
+    c, s, q = 0.545, 0.5, 0.5
+    forward, _ = _slot_divergences(c, s, 2, q, 0, [((-c, 1), 1.0)], "add_remove")
+    exact = _binomial_moment_rdp(q, (2.0 * c) ** 2 + 1.0 / (s * s), ORDERS_2D)
+    np.testing.assert_allclose(forward, exact, rtol=1e-9, atol=0.0)
+
+
+def _adversarial_mixtures(c, target_bit):
+    """The other clients' points: all at the farthest point from the target (opposite update and bit), all
+    at the zero update, all at the target's point, and a mixture."""
+    far = (-c, 1 - target_bit)
+    return [
+        ("far", [(far, 1.0)]),
+        ("zero", [((0.0, 1), 1.0)]),
+        ("target", [((c, target_bit), 1.0)]),
+        ("mixed", [(far, 0.5), ((0.0, 1), 0.3), ((0.3 * c, 0), 0.2)]),
+    ]
+
+
+@pytest.mark.parametrize(
+    "c,s,lattice,n", [(0.545, 1.0, 4, 10), (0.545, 0.5, 2, 2), (1.5, 2.0, 2, 10), (0.545, 0.3, 1, 10)]
+)
 @pytest.mark.parametrize("relation", RELATIONS)
-def test_message_observer_slot_dominates_the_2d_mixture(c, s, n, relation):
-    """With replacement, message observer, Gaussian variant: the per-slot curves with the bit (for
-    zero-out min(ATTRIBUTED at sqrt(c^2 + 1/s^2), DOMINATED at shift sqrt(4 c^2 + 1/s^2)); for
-    add/remove the sampled Gaussian at that shift) are at least the actual slot's divergences, both
-    directions, orders 2..16, for adversarial mixtures M of the other clients: all at the farthest
-    point from the target (opposite update and bit; for add/remove this attains the bound), all at
-    the zero update, all at the target's point, and a mixture."""
+def test_message_observer_slot_dominates_the_lattice_mixture(c, s, lattice, n, relation):
+    """With replacement, message observer, Gaussian variant: the per-slot curves with the lattice bit (for
+    zero-out min(ATTRIBUTED at sqrt(c^2 + 1/s^2), the bit-free min(ATTRIBUTED, DOMINATED) + a / (2 s^2));
+    for add/remove the bit-free sampled Gaussian at 2c + a / (2 s^2)) are at least the actual slot's
+    divergences, both directions, orders 2..16, both target bits, adversarial mixtures of the other
+    clients; lattices down to M = 1 (coarser than any the client uses)."""
     q = 1.0 / n
     bound_f, bound_r = dprec_step_rdp(
         c,
@@ -498,19 +623,10 @@ def test_message_observer_slot_dominates_the_2d_mixture(c, s, n, relation):
         quantile_noise=s,
     )
     for target_bit in (0, 1):
-        far = (-c, (1 - target_bit) / s)
-        for name, m in [
-            ("far", [(far, 1.0)]),
-            ("zero", [((0.0, 1.0 / s), 1.0)]),
-            ("target", [((c, target_bit / s), 1.0)]),
-            ("mixed", [(far, 0.5), ((0.0, 1.0 / s), 0.3), ((0.3 * c, 0.0), 0.2)]),
-        ]:
-            forward, reverse = _slot_divergences(c, s, q, target_bit, m, relation)
+        for name, m in _adversarial_mixtures(c, target_bit):
+            forward, reverse = _slot_divergences(c, s, lattice, q, target_bit, m, relation)
             assert np.all(forward <= bound_f * (1.0 + 1e-9) + 1e-12), (target_bit, name)
             assert np.all(reverse <= bound_r * (1.0 + 1e-9) + 1e-12), (target_bit, name)
-            if relation == "add_remove" and name == "far":
-                assert np.allclose(forward, bound_f, rtol=1e-9)  # attained: the farthest pair, sqrt(4 c^2 + 1/s^2)
-                assert np.allclose(reverse, bound_r, rtol=1e-9)
     # The central observer's Gaussian curves are the message observer's.
     central = dprec_step_rdp(
         c,
@@ -525,43 +641,58 @@ def test_message_observer_slot_dominates_the_2d_mixture(c, s, n, relation):
     assert np.array_equal(central[0], bound_f) and np.array_equal(central[1], bound_r)
 
 
-def test_message_observer_slot_formulas():
-    """The with-replacement message observer's folded curves, written out: zero-out is the smaller of
-    ATTRIBUTED at c_eff = sqrt(c^2 + 1/s^2) and DOMINATED at half the largest shift,
-    sqrt(c^2 + 1/(4 s^2)); add/remove is the sampled Gaussian at shift sqrt(4 c^2 + 1/s^2) (reverse by
-    quadrature up to EXACT_REVERSE_MAX_CLIP, else the forward curve). Each, per order, capped by the old
-    bound (the bit-free curve plus a / (2 s^2)), which binds only beyond that limit."""
-    from dprec.accounting import EXACT_REVERSE_MAX_CLIP, dprec_reverse_rdp  # noqa: PLC0415
-    from dprec.accounting.dprec_rec import _zero_out_dominated_rdp  # noqa: PLC0415
+def test_lattice_bit_breaks_the_continuous_joint_route():
+    """Why the with-replacement add/remove route is not folded: for a continuous bit the slot is a Gaussian
+    in (update, bit) and 4.3's sampled Gaussian at the joint distance d = sqrt(4 c^2 + 1/s^2), with its exact
+    reverse, would bound it. The lattice bit keeps the forward (the integer moments are the Gaussian's)
+    but its reverse exceeds that bound on a coarse lattice (M = 1, s = 0.3: by 16% at order 2). The
+    accountant's curve (the bit-free route plus a / (2 s^2)) holds."""
+    from dprec.accounting import dprec_reverse_rdp  # noqa: PLC0415
     from dprec.accounting.rdp import sampled_gaussian_rdp  # noqa: PLC0415
 
+    c, s, q = 0.545, 0.3, 0.1
+    d = math.hypot(2.0 * c, 1.0 / s)
+    continuous_f = sampled_gaussian_rdp(q, 1.0 / d, ORDERS_2D)
+    continuous_r = np.minimum(dprec_reverse_rdp(d, q, ORDERS_2D, reverse="exact"), continuous_f)
+    forward, reverse = _slot_divergences(c, s, 1, q, 0, [((-c, 1), 1.0)], "add_remove")
+    np.testing.assert_allclose(forward, continuous_f, rtol=1e-9, atol=0.0)
+    assert reverse[0] > 1.1 * continuous_r[0] and np.all(reverse > continuous_r)
+    bound_f, bound_r = dprec_step_rdp(
+        c,
+        q,
+        ORDERS_2D,
+        threat_model="messages",
+        relation="add_remove",
+        sampling="with_replacement",
+        num_clients=10,
+        quantile_noise=s,
+    )
+    assert np.all(forward <= bound_f) and np.all(reverse <= bound_r)
+
+
+def test_message_observer_slot_formulas():
+    """The with-replacement message observer's curves with the bits, written out: zero-out is, per order,
+    the smaller of ATTRIBUTED at c_eff = sqrt(c^2 + 1/s^2) and the bit-free min(ATTRIBUTED, DOMINATED) plus
+    a / (2 s^2); add/remove is the bit-free curve (sampled Gaussian at 2c, exact reverse) plus a / (2 s^2).
+    At moderate s each is the smaller at some orders; at s = 30 the old bound nearly everywhere."""
     c, q = 0.545, 1.0 / N
-    for s in [0.3, 2.0, 0.009]:
-        shift = math.sqrt(4 * c * c + 1 / (s * s))
+    for s in [0.3, 2.0, 30.0, 0.009]:
         kw = dict(threat_model="messages", sampling="with_replacement", num_clients=N, quantile_noise=s)
-        zero = dprec_step_rdp(c, q, ORDERS, relation="zero", **kw)
-        attributed = _mix(q, ORDERS * (ORDERS - 1) * (c * c + 1 / (s * s)) / 2) / (ORDERS - 1)
         unamplified = ORDERS / (2 * s * s)
+        zero = dprec_step_rdp(c, q, ORDERS, relation="zero", **kw)
         plain_zero = dprec_step_rdp(c, q, ORDERS, relation="zero", **dict(kw, quantile_noise=None))
-        expected = np.minimum(attributed, _zero_out_dominated_rdp(shift / 2, q, ORDERS))
-        assert np.allclose(zero[0], np.minimum(expected, plain_zero[0] + unamplified), rtol=1e-12, atol=0.0)
-        assert np.allclose(zero[0], expected, rtol=1e-12, atol=0.0)  # the cap does not bind here
+        attributed = _mix(q, ORDERS * (ORDERS - 1) * (c * c + 1 / (s * s)) / 2) / (ORDERS - 1)
+        np.testing.assert_allclose(zero[0], np.minimum(attributed, plain_zero[0] + unamplified), rtol=1e-12, atol=0)
         assert np.array_equal(zero[0], zero[1])
-        assert np.any(_zero_out_dominated_rdp(shift / 2, q, ORDERS) < attributed)  # both bounds matter
+        if s in (0.3, 2.0):  # each is the smaller at some orders
+            assert np.any(attributed < (plain_zero[0] + unamplified) * (1.0 - 1e-3))
+            assert np.any(plain_zero[0] + unamplified < attributed * (1.0 - 1e-3))
+        if s == 30.0:  # a / 1800 is cheap: the old bound (to 1e-7; the bit-free DOMINATED is far below ATTRIBUTED)
+            np.testing.assert_allclose(zero[0], plain_zero[0] + unamplified, rtol=1e-6, atol=0.0)
         add = dprec_step_rdp(c, q, ORDERS, relation="add_remove", **kw)
         plain_add = dprec_step_rdp(c, q, ORDERS, relation="add_remove", **dict(kw, quantile_noise=None))
-        fwd = sampled_gaussian_rdp(q, 1 / shift, ORDERS)
-        assert np.allclose(add[0], np.minimum(fwd, plain_add[0] + unamplified), rtol=1e-12, atol=0.0)
-        assert np.allclose(add[0], fwd, rtol=1e-12, atol=0.0)
-        if shift <= EXACT_REVERSE_MAX_CLIP:
-            rev = np.minimum(dprec_reverse_rdp(shift, q, ORDERS, reverse="exact"), fwd)
-            assert np.allclose(add[1], rev, rtol=1e-12, atol=0.0)
-        else:
-            # Beyond the quadrature's limit the folded reverse is the forward curve, and the old bound
-            # (the bit-free exact reverse at 2c plus a / (2 s^2)) is smaller at some orders: the cap binds.
-            assert np.allclose(add[1], np.minimum(fwd, plain_add[1] + unamplified), rtol=1e-12, atol=0.0)
-            assert np.any(plain_add[1] + unamplified < fwd)
-    assert math.sqrt(4 * c * c + 1 / 0.009**2) > EXACT_REVERSE_MAX_CLIP  # the last s takes the fallback
+        for got, plain in zip(add, plain_add):
+            np.testing.assert_array_equal(got, plain + unamplified)
 
 
 @pytest.mark.parametrize("s", [1e-200, 1e-120, 1e-3])
@@ -640,6 +771,50 @@ def test_docs_table(variant, sampling):
         assert after <= before
         if s is not None:
             assert after < before
+
+
+# The with-replacement message observer (and "central"), Gaussian variant, same setting: before (the bits
+# added unamplified) and after. Zero-out folds through the attributed curve (from s = 10 on the server's
+# numbers above); add/remove cannot fold the lattice bit, so it stays at the old bound.
+MESSAGES_TABLE = {
+    "zero": (
+        [8.900, 33.933, 108.933, 408.933, 2508.933, 10008.933],
+        [8.900, 33.933, 40.246, 44.370, 76.919, 266.740],
+    ),
+    "add_remove": (
+        [5.482, 31.653, 106.653, 406.653, 2506.653, 10006.653],
+        [5.482, 31.653, 106.653, 406.653, 2506.653, 10006.653],
+    ),
+}
+
+
+@pytest.mark.parametrize("relation", list(MESSAGES_TABLE))
+def test_docs_message_observer_table(relation):
+    n, b, t, c = 100, 10, 1000, 0.545
+    delta = n**-1.1
+    before_docs, after_docs = MESSAGES_TABLE[relation]
+    kw = dict(threat_model="messages", relation=relation, sampling="with_replacement", num_clients=n)
+    plain = dprec_step_rdp(c, 1.0 / n, ORDERS, **kw)
+    for s, before_doc, after_doc in zip(TABLE_S, before_docs, after_docs):
+        got = {}
+        for observer in ("messages", "central"):
+            acc = DPRECRoundAccountant(
+                clip_multiplier=c,
+                bits=None,
+                num_clients=n,
+                clients_per_round=b,
+                delta=delta,
+                sampling="with_replacement",
+                threat_model=observer,
+                relation=relation,
+                quantile_noise=s,
+            )
+            got[observer] = acc.step(rounds=t).epsilon
+        assert got["central"] == got["messages"]
+        extra = 0.0 if s is None else t * b * ORDERS / (2.0 * s * s)
+        before = _both_tails(t * b * plain[0] + extra, t * b * plain[1] + extra, delta)
+        assert round(got["messages"], 3) == after_doc and round(before, 3) == before_doc
+        assert got["messages"] <= before * (1.0 + 1e-12)
 
 
 # --------------------------------------------------------------------------------------

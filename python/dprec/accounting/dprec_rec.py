@@ -809,8 +809,12 @@ def _attributed(c: float, q: float, alphas: np.ndarray, bit: Optional[np.ndarray
 def _bit_log_moment(quantile_noise: float, alphas: np.ndarray) -> np.ndarray:
     """Log-moment ``(a - 1) D_a = a (a - 1) / (2 s^2)`` of one quantile bit, both directions.
 
-    The bit ``1[||update|| <= C] + N(0, s^2)`` against a zero update's (whose bit is 1): means at most
-    1 apart. ``inf`` where ``s^2`` underflows.
+    The bit is sent as the integer ``Y = b M + Z``, ``b = 1[||update|| <= C]``, ``Z ~ N_Z(0, (s M)^2)``
+    the discrete Gaussian, ``M`` a power of two (a float ``b + N(0, s^2)`` would leak ``b`` through its
+    rounding). Against a zero update's (whose bit is 1) the means are at most ``M`` apart, and
+    ``D_a(N_Z(mu, v) || N_Z(nu, v)) <= a (mu - nu)^2 / (2 v)`` for integers ``mu``, ``nu`` (Canonne,
+    Kamath and Steinke 2020, Proposition 5), with equality at integer orders: exactly the continuous
+    Gaussian's moments at noise ``s``. ``inf`` where ``s^2`` underflows.
     """
     s = quantile_noise
     with np.errstate(over="ignore", divide="ignore"):
@@ -829,11 +833,13 @@ def _sound_curves(
     (:func:`rec_message_log_moments`), for ``"central"`` the Gaussian curves hold and REC's cost is a
     total-variation term added by :func:`_finish_sound`.
 
-    ``quantile_noise=s``: every message also carries adaptive clipping's noisy quantile bit
-    (docs: *Which guarantee do I have?*, 4.10), folded into each message's bound: the bit's
-    log-moment ``a (a-1) / (2 s^2)`` inside the attributed mixtures, and for the Gaussian-based
-    routes the joint (update, bit) Gaussian's larger shift. Per order, the smaller of that and the
-    bit-free curve plus the unamplified ``a / (2 s^2)`` (:func:`quantile_bits_rdp`; both are bounds).
+    ``quantile_noise=s``: every message also carries adaptive clipping's noisy quantile bit, a
+    discrete Gaussian on a lattice (docs: *Which guarantee do I have?*, 4.10), folded into each
+    message's bound where a route allows it: the bit's log-moment ``a (a-1) / (2 s^2)`` inside the
+    attributed mixtures (:func:`_sound_curves_at`). Per order, the smaller of that and the bit-free
+    curve plus the unamplified ``a / (2 s^2)`` (:func:`quantile_bits_rdp`; both are bounds); the
+    latter alone where nothing is folded (add/remove with replacement against an observer without
+    the attribution).
     """
     plain = _sound_curves_at(c, q, alphas, threat_model=threat_model, relation=relation, sampling=sampling, n=n,
                              rec=rec, quantile_noise=None)
@@ -841,7 +847,7 @@ def _sound_curves(
         return plain
     unamplified = quantile_bits_rdp(quantile_noise, alphas)
     old = (plain[0] + unamplified, plain[1] + unamplified)
-    if not math.hypot(2.0 * c, 1.0 / quantile_noise) <= 2.0 * MAX_CLIP_MULTIPLIER:
+    if not 1.0 / quantile_noise <= MAX_CLIP_MULTIPLIER:
         return old  # absurdly small s: every curve is astronomically large (or inf) anyway
     folded = _sound_curves_at(c, q, alphas, threat_model=threat_model, relation=relation, sampling=sampling, n=n,
                               rec=rec, quantile_noise=quantile_noise)
@@ -859,10 +865,14 @@ def _sound_curves_at(
 
     With the bit, one message's release is ``(message, bit)``, the bit independent of the message
     given the update. Attributed routes (the server's, and those that use it by post-processing):
-    the joint log-moment is the message's plus ``a (a-1) / (2 s^2)`` (the discrete Gaussian bit's
-    bound), inside the mixture. With replacement, against an observer without the attribution, the
-    zero-out curve is that attributed one (post-processing) and add/remove has no folded bound (None):
-    the Gaussian-geometry routes need a continuous joint Gaussian, which the lattice bit is not.
+    the joint log-moment is the message's plus the bit's ``a (a-1) / (2 s^2)`` (:func:`_bit_log_moment`),
+    inside the mixture. With replacement, against an observer without the attribution, the zero-out
+    curve is that attributed one (post-processing) and add/remove has no folded bound (None). The
+    bit-free routes there (4.3's sampled Gaussian and its exact reverse, 4.4's DOMINATED) rest on
+    Gaussian geometry that the lattice bit does not share: a discrete Gaussian's hockey-stick
+    divergences can exceed the continuous one's (on a coarse lattice, ``M = 1``, ``s = 0.3``, the
+    total variation is 0.992 against 0.904), and the add/remove reverse of the actual slot exceeds
+    the continuous joint Gaussian's there (``tests/accounting/test_quantile_bits.py``).
     """
     bit = None if quantile_noise is None else _bit_log_moment(quantile_noise, alphas)
     if rec and threat_model in ("server", "messages"):
@@ -882,34 +892,30 @@ def _sound_curves_at(
             return _reason_messages_add_remove(sampling)
         curve = _attributed(c, q, alphas, bit)
         return curve, curve.copy()
-    if quantile_noise is not None:
+    if bit is not None:
         # The bit is a discrete Gaussian on a lattice (sent as an integer: a float sum would leak the bit through
-        # its rounding, Mironov 2012). Its divergences between two shifts are at most the continuous Gaussian's
-        # (Canonne, Kamath and Steinke 2020), which is all the attributed mixture and the unamplified bound need;
-        # the Gaussian-geometry routes below (a sampled Gaussian at the joint shift, hockey-stick dominance) are
-        # derived for a continuous joint Gaussian and are not used with the bits.
+        # its rounding, Mironov 2012). Its Renyi divergences between two shifts are at most the continuous
+        # Gaussian's (Canonne, Kamath and Steinke 2020, Proposition 5), which is all the attributed mixture and the
+        # unamplified bound need; the Gaussian-geometry routes below are not used with the bits.
         if relation == "add_remove":
             return None  # _sound_curves: the bit-free route plus the unamplified bit
         curve = _attributed(c, q, alphas, bit)
         return curve, curve.copy()
-    # The largest shift between two clients' slots, in noise units (2c without the bits).
-    shift = 2.0 * c
     if relation == "add_remove":
         if n < 2:
             # The reduction compares the target's slot with another client's: with N = 1 there is none, and a
             # run without the target releases nothing at all.
             return _ONE_CLIENT_ADD_REMOVE
-        # Joint convexity: a sampled Gaussian at sensitivity 2C (noise multiplier 1 / (2c)); with the bits, at the
-        # (update, bit) shift (MTZ19's monotonicity in the shift holds in d + 1 dimensions too).
-        forward = sampled_gaussian_rdp(q, 0.5 / c if quantile_noise is None else 1.0 / shift, alphas)
-        if q < 1.0 and shift <= EXACT_REVERSE_MAX_CLIP:
-            reverse = dprec_reverse_rdp(shift, q, alphas, reverse="exact")
+        # Joint convexity: a sampled Gaussian at sensitivity 2C (noise multiplier 1 / (2c)).
+        forward = sampled_gaussian_rdp(q, 0.5 / c, alphas)
+        if q < 1.0 and 2.0 * c <= EXACT_REVERSE_MAX_CLIP:
+            reverse = dprec_reverse_rdp(2.0 * c, q, alphas, reverse="exact")
         else:
             reverse = forward.copy()  # reverse <= forward (Mironov, Talwar and Zhang 2019)
         return forward, np.minimum(reverse, forward)
     # zero, with replacement: the smaller of ATTRIBUTED and the hockey-stick dominance bound (each
     # valid on its own; WBK's size-1 subsample bound never beat both, see the docs' privacy page, 4.4).
-    curve = np.minimum(_attributed(c, q, alphas, bit), _zero_out_dominated_rdp(shift / 2.0, q, alphas))
+    curve = np.minimum(_attributed(c, q, alphas), _zero_out_dominated_rdp(c, q, alphas))
     return curve, curve.copy()
 
 
@@ -939,8 +945,8 @@ def _zero_out_dominated_rdp(c: float, q: float, alphas: np.ndarray) -> np.ndarra
 
     Only the largest distance ``2C`` (in noise units ``2c``) between the target's point and the zero
     update's or any point of ``M`` enters, so the bound holds for any unit Gaussians in any dimension
-    with those distances at most ``2c``: with adaptive clipping's quantile bits (the slot a Gaussian in
-    ``(update / sigma, bit / s)``) it is called at half of ``sqrt(4 c^2 + 1/s^2)``.
+    with those distances at most ``2c``. It is not used with adaptive clipping's quantile bits: those
+    are discrete Gaussians, whose hockey-stick divergences step 1 cannot bound by the Gaussian's.
     """
     sg = sampled_gaussian_rdp(q, 0.5 / c, alphas)
     am1 = alphas - 1.0
@@ -1000,7 +1006,8 @@ def dprec_step_rdp(
         Groups per message (REC's bound uses the smallest group's ``2^(bits // groups)`` candidates).
     quantile_noise : float, optional
         ``s > 0``: each message also carries adaptive clipping's noisy quantile bit
-        ``1[||update|| <= C] + N(0, s^2)``, folded into the message's bound (what
+        ``1[||update|| <= C]`` with discrete Gaussian noise of scale ``s`` on a lattice, folded into
+        the message's bound where the route allows it, else added unamplified (what
         :class:`DPRECRoundAccountant` composes with ``quantile_noise``; docs, 4.10). ``None``: no bits.
     """
     c = _check_clip_multiplier(clip_multiplier)
@@ -1038,10 +1045,12 @@ def _check_quantile_noise(value: Any) -> float:
 def quantile_bits_rdp(quantile_noise: float, orders: Any, messages_per_round: int = 1) -> np.ndarray:
     """Unamplified Renyi cost of adaptive clipping's noisy quantile bits, per order (both directions).
 
-    With adaptive clipping (Andrew et al. 2021) every client message carries one noisy bit
-    ``1[||update|| <= C_t] + N(0, s^2)``, ``s = quantile_noise`` (in bit units, drawn by the client).
-    The bit has sensitivity 1 (a zero update has norm 0, so its bit is 1; the target's is 0 or 1),
-    so one bit costs the Gaussian's ``a / (2 s^2)`` at order ``a``, in both directions; ``k =
+    With adaptive clipping (Andrew et al. 2021) every client message carries one noisy bit, sent as
+    the integer ``b M + Z``: ``b = 1[||update|| <= C_t]``, ``Z ~ N_Z(0, (s M)^2)`` the exact discrete
+    Gaussian, ``M`` a power of two, ``s = quantile_noise`` (in bit units, drawn by the client). The bit
+    has sensitivity 1 (``M`` on the lattice: a zero update has norm 0, so its bit is 1; the target's
+    is 0 or 1), so one bit costs at most the Gaussian's ``a / (2 s^2)`` at order ``a`` (exactly that
+    at integer orders; Canonne, Kamath and Steinke 2020), in both directions; ``k =
     messages_per_round`` of them cost ``k a / (2 s^2)``. This is the per-message cost with no
     sampling amplification: the local guarantee adds it per message. :class:`DPRECRoundAccountant`
     folds the bits into each message's bound instead (much smaller when the step is subsampled),
@@ -1051,7 +1060,7 @@ def quantile_bits_rdp(quantile_noise: float, orders: Any, messages_per_round: in
     Parameters
     ----------
     quantile_noise : float
-        ``s > 0``, the standard deviation of the noise on each bit.
+        ``s > 0``, the scale of the noise on each bit, in bit units (``s M`` on the lattice).
     orders : sequence of float
         Renyi orders ``> 1`` (``None``: :data:`DPREC_DEFAULT_ORDERS`).
     messages_per_round : int
@@ -1827,22 +1836,24 @@ class DPRECRoundAccountant:
     post-processing), so it needs no check either; nor do the server and message observers.
 
     **Adaptive clipping** (``quantile_noise=s``, ``method="sound"`` only). Each message then also
-    carries one noisy bit ``1[||update|| <= C_t] + N(0, s^2)`` (Andrew et al. 2021), independent of
-    the message given the update and released with it; ``c = C_t / sigma_t`` stays fixed. The bit is
-    folded into each message's bound (the docs' section 4.10): against a zero update (whose bit is 1)
-    it has sensitivity 1, log-moment ``a (a-1) / (2 s^2)``, and a message with its bit has the
-    message's log-moment plus that (a product kernel). So the attributed curves (the server's, and
-    the message and central observers' where they use it by post-processing) are
+    carries one noisy bit (Andrew et al. 2021), sent as the integer ``b M + Z``, ``b = 1[||update||
+    <= C_t]``, ``Z ~ N_Z(0, (s M)^2)`` the exact discrete Gaussian, ``M`` a power of two (a float
+    ``b + N(0, s^2)`` leaks ``b`` through its rounding); independent of the message given the update
+    and released with it; ``c = C_t / sigma_t`` stays fixed. The bit is folded into each message's
+    bound where a route allows it (the docs' section 4.10): against a zero update (whose bit is 1)
+    its log-moment is at most ``a (a-1) / (2 s^2)`` (the continuous Gaussian's; Canonne, Kamath and
+    Steinke 2020), and a message with its bit has the message's log-moment plus that (a product
+    kernel). So the attributed curves (the server's, and the message and central observers' where
+    they use it by post-processing, with replacement for zero-out too) are
     ``log(1 - q + q exp(m(a) + a (a-1) / (2 s^2))) / (a - 1)``, forward and reverse moments ``m``
-    separately (the Gaussian variant's is ATTRIBUTED at ``sqrt(c^2 + 1/s^2)``); the with-replacement
-    message observer's Gaussian bounds, which only use that two clients' slots are unit Gaussians at
-    most ``2c`` apart in noise units, take the (update, bit) Gaussian's largest distance
-    ``sqrt(4 c^2 + 1/s^2)`` instead; ``"central"`` with ``bits`` pays REC's total-variation cost on
-    top, unchanged. Per order, each curve is capped by the old bound, the bit-free curve plus
-    ``a / (2 s^2)`` per step, unamplified (:func:`quantile_bits_rdp`; also an upper bound, by the
-    chain rule of the Renyi divergence); the cap only binds at rounding level, or where the shift
-    ``sqrt(4 c^2 + 1/s^2)`` exceeds :data:`EXACT_REVERSE_MAX_CLIP` and the folded add/remove reverse
-    falls back to the forward curve. In
+    separately (the Gaussian variant's is ATTRIBUTED at ``sqrt(c^2 + 1/s^2)``); ``"central"`` with
+    ``bits`` pays REC's total-variation cost on top, unchanged. Per order, each curve is capped by
+    the old bound, the bit-free curve plus ``a / (2 s^2)`` per step, unamplified
+    (:func:`quantile_bits_rdp`; also an upper bound, by the chain rule of the Renyi divergence).
+    With replacement, against the message and central observers, add/remove has only that bound:
+    the bit-free route (a sampled Gaussian at ``2c`` with its exact reverse) rests on Gaussian
+    geometry the lattice bit does not share; zero-out there is the smaller of the attributed curve
+    and the bit-free ``min(ATTRIBUTED, DOMINATED)`` plus the bits. In
     log-moments, with ``f(x) = log(1 - q + q e^x)``, ``x`` a message's and ``y`` a bit's, the folded
     attributed step is ``f(x + y)``; ``f(x + y) <= f(x) + y`` (why the old bound held), while
     accounting the bits as a separately subsampled mechanism, ``f(x) + f(y)``, would be unsound: the
@@ -1891,8 +1902,9 @@ class DPRECRoundAccountant:
     threat_model, relation, method :
         As in :func:`dprec_epsilon`.
     quantile_noise : float, optional
-        ``s > 0``: every message also carries adaptive clipping's noisy quantile bit with noise
-        ``N(0, s^2)`` (above). ``None`` (default): no bits, the numbers are unchanged.
+        ``s > 0``: every message also carries adaptive clipping's noisy quantile bit with discrete
+        Gaussian noise of scale ``s`` (in bit units, above). ``None`` (default): no bits, the
+        numbers are unchanged.
 
     Raises
     ------
@@ -2101,11 +2113,11 @@ class DPRECRoundAccountant:
                 result = route(tm)
             if self._quantile_noise is not None:
                 result = _replace(result, composition=result.composition + (
-                    f"; with adaptive clipping's noisy quantile bits (one per message, noise std "
+                    f"; with adaptive clipping's noisy quantile bits (one per message, noise scale "
                     f"quantile_noise = {self._quantile_noise:g}) folded into each message's bound: the bit's "
-                    "a (a-1) / (2 s^2) added to the message's log-moment inside the sampling mixture, or the "
-                    "(update, bit) Gaussian's shift sqrt(4 c^2 + 1/s^2) in the with-replacement message observer's "
-                    "bounds (never above adding a / (2 s^2) per step unamplified); the local guarantee includes them"
+                    "a (a-1) / (2 s^2) (a discrete Gaussian on a lattice) added to the message's log-moment inside "
+                    "the sampling mixture where the route allows it, else a / (2 s^2) per step unamplified (never "
+                    "above that); the local guarantee includes them"
                 ))
         self._units, self._sizes, self._rounds, self._messages = units, sizes, total_rounds, messages
         self._rate_sum = rate_sum
