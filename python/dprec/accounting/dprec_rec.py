@@ -813,7 +813,7 @@ def _bit_log_moment(quantile_noise: float, alphas: np.ndarray) -> np.ndarray:
     the discrete Gaussian, ``M`` a power of two (a float ``b + N(0, s^2)`` would leak ``b`` through its
     rounding). Against a zero update's (whose bit is 1) the means are at most ``M`` apart, and
     ``D_a(N_Z(mu, v) || N_Z(nu, v)) <= a (mu - nu)^2 / (2 v)`` for integers ``mu``, ``nu`` (Canonne,
-    Kamath and Steinke 2020, Proposition 5), with equality at integer orders: exactly the continuous
+    Kamath and Steinke 2020, section 2), with equality at integer orders: exactly the continuous
     Gaussian's moments at noise ``s``. ``inf`` where ``s^2`` underflows.
     """
     s = quantile_noise
@@ -895,7 +895,7 @@ def _sound_curves_at(
     if bit is not None:
         # The bit is a discrete Gaussian on a lattice (sent as an integer: a float sum would leak the bit through
         # its rounding, Mironov 2012). Its Renyi divergences between two shifts are at most the continuous
-        # Gaussian's (Canonne, Kamath and Steinke 2020, Proposition 5), which is all the attributed mixture and the
+        # Gaussian's (Canonne, Kamath and Steinke 2020, section 2), which is all the attributed mixture and the
         # unamplified bound need; the Gaussian-geometry routes below are not used with the bits.
         if relation == "add_remove":
             return None  # _sound_curves: the bit-free route plus the unamplified bit

@@ -79,7 +79,8 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
        reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
        ``"dprec"``; other records (the ``MetricRecord``) are kept. With adaptive clipping (the
        train config holds :data:`CONFIG_QUANTILE_NOISE`, ``s``) the record also holds
-       :data:`QUANTILE_BIT_KEY`: ``1[norm <= clip norm] + N(0, s^2)``, the noise from the OS entropy
+       :data:`QUANTILE_BIT_KEY`: the integer ``1[norm <= clip norm] M + Z``, ``Z`` an exact discrete Gaussian of
+       scale ``s M`` (a lattice of ``M`` steps per unit), the noise from the OS entropy
        source.
 
     Legacy apps (``ClientApp(client_fn=..., mods=[dprec_mod])`` with a ``NumPyClient``, the

@@ -611,8 +611,8 @@ class DPRECCodec:
         ``B / N``) or the rate itself as ``sampling_rate``. ``threat_model`` (default ``"server"``),
         ``relation`` (default ``"zero"``) and ``method`` (default ``"sound"``) are passed through
         as in :meth:`epsilon`. ``quantile_noise`` (``s > 0``, ``method="sound"`` only): every message
-        also carries adaptive clipping's noisy quantile bit ``1[||update|| <= C] + N(0, s^2)``, folded
-        into each message's bound (inside the sampling mixture; the local guarantee adds
+        also carries adaptive clipping's noisy quantile bit (``1[||update|| <= C]`` plus a discrete
+        Gaussian of scale ``s``, on a lattice), folded into each message's bound (inside the sampling mixture; the local guarantee adds
         :func:`dprec.accounting.quantile_bits_rdp` per message); ``None`` (default): no bits.
 
         Returns
