@@ -966,7 +966,8 @@ class DPRECStrategy(Strategy):
 
         Under :meth:`start` the replies were already decoded and accumulated as they arrived
         (the grid's push/pull, see *Streaming* in the class docstring); this call only settles
-        the round. Called by hand, it first receives ``replies`` the same way (in the order given).
+        the round, and ``replies`` (Flower's list of the same replies) is not read again: a
+        subclass that filters replies does so in :meth:`_receive`'s place, not here. Called by hand, it first receives ``replies`` the same way (in the order given).
 
         The mean is over the messages kept (with Poisson sampling, a number that varies from
         round to round): at most one per train message of this round, from its node (with
