@@ -114,6 +114,8 @@ def test_strategy_adaptive_clipping_argument():
     assert DPRECStrategy(FedAvg(), make_codec(), delta=DELTA).adaptive_clipping == AdaptiveClipping()  # the default
     with pytest.raises(TypeError, match="adaptive_clipping"):
         DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, adaptive_clipping="yes")
+    with pytest.raises(AttributeError):  # the accountant takes s when it is created: it cannot change later
+        strategy.quantile_noise = 1.0
     with pytest.raises(ValueError, match="initial_clip_norm"):  # a clip norm whose sigma no float32 holds
         DPRECStrategy(FedAvg(), make_codec(), delta=DELTA, adaptive_clipping=AdaptiveClipping(initial_clip_norm=1e300))
 

@@ -459,10 +459,10 @@ class DPRECStrategy(Strategy):
         self.adaptive_clipping = adaptive
         #: The clip norm of the next round (adaptive clipping; else the codec's, fixed).
         self.clip_norm = float(codec.clip_norm)
-        self.quantile_noise: float | None = None
+        self._quantile_noise: float | None = None
         if adaptive is not None:
             self.clip_norm = float(adaptive.initial_clip_norm or codec.clip_norm)
-            self.quantile_noise = adaptive.noise_for(codec.clip_multiplier)
+            self._quantile_noise = adaptive.noise_for(codec.clip_multiplier)
             if not MIN_SIGMA <= self.clip_norm / codec.clip_multiplier <= MAX_SIGMA:
                 raise ValueError(
                     f"AdaptiveClipping: initial_clip_norm={self.clip_norm!r} makes sigma = C / c = "
@@ -1064,6 +1064,12 @@ class DPRECStrategy(Strategy):
         self.clip_norm = stats.next_clip_norm = self.adaptive_clipping.next_clip_norm(
             stats.clip_norm, stats.unclipped_fraction
         )
+
+    @property
+    def quantile_noise(self) -> float | None:
+        """Adaptive clipping's noise scale ``s`` on the clients' bits (None without adaptive clipping); read-only:
+        the accountant takes it when it is created."""
+        return self._quantile_noise
 
     def _round_codec(self) -> DPRECCodec:
         """The codec of the next round: the strategy's, or with adaptive clipping ``sigma = clip_norm / c``."""
