@@ -2,10 +2,15 @@
 
 Every Flower component runs in a process of its own on 127.0.0.1 (insecure mode, ports chosen
 at run time), as it would across machines: the SuperLink, one SuperNode per data partition, the
-SuperExec processes they start, and the ServerApp and ClientApp processes of the run. The app is
-``examples/flower-app``; its ServerApp writes what it saw (global arrays before and after each
-round, the DP-REC messages it aggregated, which dprec it imported) to a JSON file named in the run
-config, and the test recomputes each round's global model from the messages.
+SuperExec processes they start, and the ServerApp and ClientApp processes of the run. The test
+runs once per app, each on a SuperLink and SuperNodes of its own: ``examples/flower-app`` (Message
+API: ``DPRECStrategy``, ``ClientApp(mods=[dprec_mod])``) and ``examples/flower-legacy-app`` (legacy
+API: ``ServerApp(server_fn=...)`` with ``DPRECLegacyStrategy(flwr.server.strategy.FedAvg(...))`` in
+Flower's legacy ``Server``, a ``NumPyClient`` in ``ClientApp(client_fn=..., mods=[dprec_mod])``).
+Both ServerApps write what they saw (global arrays before and after each round, the DP-REC
+messages they aggregated, which dprec they imported) to a JSON file named in the run config, in
+the same form (the legacy app's arrays, a list, keyed "0", "1", ... as DP-REC lays them out), and
+the test recomputes each round's global model from the messages.
 
 Processes: each is started with ``subprocess.Popen`` in a session (process group) of its own,
 with a marker in its environment that every process it starts inherits (Flower starts its
@@ -44,7 +49,11 @@ import dprec  # noqa: E402
 from dprec import DPRECCodec, DPRECMessage  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-APP = REPO / "examples" / "flower-app"
+# Each app and the names of its global arrays in the record (the legacy strategy's list: "0", "1").
+APPS = {
+    "message-api": (REPO / "examples" / "flower-app", {"weight", "bias"}),
+    "legacy-api": (REPO / "examples" / "flower-legacy-app", {"0", "1"}),
+}
 
 DEADLINE_S = 240.0  # the whole test, processes included
 NUM_NODES = 3
@@ -72,9 +81,6 @@ MISSING = [name for name, path in BINARIES.items() if path is None]
 FLWR_VERSION = importlib.metadata.version("flwr")
 
 pytestmark = [
-    pytest.mark.skipif(
-        not (APP / "pyproject.toml").is_file(), reason=f"the example app {APP} is not next to the tests (tests/ copied alone)"
-    ),
     pytest.mark.skipif(
         bool(MISSING),
         reason=f"Flower's deployment CLI ({', '.join(MISSING)}) is not installed next to {sys.executable} "
@@ -271,9 +277,13 @@ def _array(entry: dict) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
-def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
+@pytest.mark.parametrize("api", list(APPS))
+def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
     import tomllib  # Python >= 3.11, as the module requires
 
+    app, names = APPS[api]
+    if not (app / "pyproject.toml").is_file():
+        pytest.skip(f"the example app {app} is not next to the tests (tests/ copied alone)")
     deadline = time.monotonic() + DEADLINE_S
     home, logs = tmp_path / "flwr-home", tmp_path / "logs"
     home.mkdir()
@@ -292,7 +302,7 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
         f"fraction-train = {FRACTION_TRAIN}\nfraction-evaluate = 0.0\n",
         encoding="utf-8",
     )
-    app_files = _tree(APP)
+    examples_files = _tree(app.parent)  # examples/: the run leaves no file in either app
 
     procs = Processes(logs, _environment(home), deadline)
     ok = False
@@ -314,10 +324,11 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
             )
         _wait_for_port(link_port, procs, superlink, timeout=60.0)
 
-        # The ServerApp waits for min-nodes SuperNodes (FedAvg's min_available_nodes) before round 1.
+        # The ServerApp waits for min-nodes SuperNodes (FedAvg's min_available_nodes, or the legacy FedAvg's
+        # min_available_clients) before round 1.
         run = procs.start(
             "flwr-run",
-            [str(BINARIES["flwr"]), "run", str(APP), "dprec-test", "--stream", "--run-config", str(overrides)],
+            [str(BINARIES["flwr"]), "run", str(app), "dprec-test", "--stream", "--run-config", str(overrides)],
             tmp_path,
         )
         while run.poll() is None:
@@ -337,7 +348,7 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
         assert Path(record["prefix"]).resolve() == Path(sys.prefix).resolve(), record["prefix"]
 
         # The codec and delta of the app's run config defaults (the test overrides neither).
-        config = tomllib.loads((APP / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+        config = tomllib.loads((app / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
         codec = DPRECCodec(sigma=config["sigma"], clip_multiplier=config["clip-multiplier"], bits=config["bits"],
                            max_group_size=config["max-group-size"])
         assert record["codec"] == {"sigma": codec.sigma, "clip_multiplier": codec.clip_multiplier,
@@ -353,7 +364,7 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
             assert len(r["messages"]) == sampled, where
             before = {k: _array(v) for k, v in r["before"].items()}
             after = {k: _array(v) for k, v in r["after"].items()}
-            assert set(before) == set(after) == {"weight", "bias"}, where
+            assert list(before) == list(after) and set(before) == names, where
             # Adaptive clipping (on by default): the round's codec has sigma = C_t / c, C_t from the previous round.
             assert r["sigma"] == pytest.approx(r["clip_norm"] / codec.clip_multiplier, rel=1e-15), where
             if r["round"] == 1:
@@ -399,4 +410,4 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path):
         if not ok:  # the logs' tails, shown by pytest with the failure
             print(procs.tails(80))
     assert not left, f"processes still running after SIGKILL: {sorted(left)}\n{procs.tails()}"
-    assert _tree(APP) == app_files, "the run changed files in examples/flower-app"
+    assert _tree(app.parent) == examples_files, f"the run of {app.name} changed files in {app.parent}"
