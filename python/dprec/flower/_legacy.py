@@ -159,6 +159,11 @@ class DPRECLegacyStrategy(Strategy):
         # Round -> node -> the core's train message to that node (the replies answer them).
         self._sent: dict[int, dict[int, Message]] = {}
 
+    @property
+    def quantile_noise(self) -> float | None:
+        """Adaptive clipping's noise scale ``s`` on the clients' bits (None without adaptive clipping)."""
+        return self._core.quantile_noise
+
     def __repr__(self) -> str:
         core = self._core
         return (
