@@ -200,7 +200,8 @@ def float32_answer(rng: np.random.Generator, global_w: np.ndarray) -> tuple[Call
     from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
     pool = [
-        Array((global_w + np.float32(0.01) * rng.standard_normal(global_w.shape, dtype=np.float32))) for _ in range(POOL)
+        Array((global_w + np.float32(0.01) * rng.standard_normal(global_w.shape, dtype=np.float32)))
+        for _ in range(POOL)
     ]
     count = [0]
 
@@ -382,8 +383,12 @@ def genuine_encode(params: int, bits: int, max_group_size: int) -> dict:
     seconds = time.perf_counter() - t
     layout = codec.layout(update)
     assert message.nbytes == layout.message_nbytes
-    return {"encode_s": seconds, "message_bytes": message.nbytes, "groups": layout.num_groups,
-            "total_bits": layout.total_bits}
+    return {
+        "encode_s": seconds,
+        "message_bytes": message.nbytes,
+        "groups": layout.num_groups,
+        "total_bits": layout.total_bits,
+    }
 
 
 def run_child(cfg: dict) -> dict:
@@ -394,7 +399,9 @@ def run_child(cfg: dict) -> dict:
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{cfg['strategy']} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{cfg['strategy']} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return json.loads(lines[-1][4:])
 
 
@@ -432,15 +439,34 @@ def _mib(x: float) -> str:
 def table(rows: list[dict]) -> str:
     from _timing import markdown_table  # noqa: PLC0415 - bench/ is on sys.path when the script runs
 
-    headers = ["strategy", "round (s)", "of which clients (s)", "server (s)", "decode in pulls (s)",
-               "aggregate_train (s)", "RSS before (MiB)", "peak RSS (MiB)", "peak - before (MiB)", "bytes/client"]
+    headers = [
+        "strategy",
+        "round (s)",
+        "of which clients (s)",
+        "server (s)",
+        "decode in pulls (s)",
+        "aggregate_train (s)",
+        "RSS before (MiB)",
+        "peak RSS (MiB)",
+        "peak - before (MiB)",
+        "bytes/client",
+    ]
     cells = []
     for r in rows:
-        cells.append([
-            r["label"], f"{r['wall_s']:.2f}", f"{r['generate_s']:.2f}", f"{r['server_s']:.2f}",
-            f"{r['decode_in_pulls_s']:.2f}", f"{r['aggregate_s']:.2f}", _mib(r["rss_before_mib"]),
-            _mib(r["peak_rss_mib"]), _mib(r["peak_minus_before_mib"]), f"{r['wire_bytes']:,}",
-        ])
+        cells.append(
+            [
+                r["label"],
+                f"{r['wall_s']:.2f}",
+                f"{r['generate_s']:.2f}",
+                f"{r['server_s']:.2f}",
+                f"{r['decode_in_pulls_s']:.2f}",
+                f"{r['aggregate_s']:.2f}",
+                _mib(r["rss_before_mib"]),
+                _mib(r["peak_rss_mib"]),
+                _mib(r["peak_minus_before_mib"]),
+                f"{r['wire_bytes']:,}",
+            ]
+        )
     return markdown_table(headers, cells)
 
 
@@ -462,19 +488,32 @@ def main(argv: list[str] | None = None) -> int:
 
     info = machine()
     enc = genuine_encode(args.params, args.bits, args.max_group_size)
-    print(f"### Flower server round: {args.clients:,} clients x {args.params:,} parameters "
-          f"(one float32 tensor {'x'.join(map(str, shape_of(args.params)))})")
-    print(f"dprec {info['dprec']}, flwr {info['flwr']}, NumPy {info['numpy']}, Python {info['python']}; "
-          f"CPU: {info['cpu']} ({info['machine']}), {info['cores']} cores, "
-          + (f"{info['memory_gib']:.0f} GiB RAM, " if info["memory_gib"] else "")
-          + f"ISA {info['isa']}, {info['threads']} threads")
-    print(f"DP-REC codec: sigma {SIGMA}, clip multiplier {CLIP_MULTIPLIER}, {args.bits} bits per group, "
-          f"max group size {args.max_group_size}: {enc['groups']} groups, {enc['message_bytes']}-byte messages; "
-          f"one client's encode {enc['encode_s']:.3f} s (not in the round). Pulls of {args.batch} replies.")
+    print(
+        f"### Flower server round: {args.clients:,} clients x {args.params:,} parameters "
+        f"(one float32 tensor {'x'.join(map(str, shape_of(args.params)))})"
+    )
+    print(
+        f"dprec {info['dprec']}, flwr {info['flwr']}, NumPy {info['numpy']}, Python {info['python']}; "
+        f"CPU: {info['cpu']} ({info['machine']}), {info['cores']} cores, "
+        + (f"{info['memory_gib']:.0f} GiB RAM, " if info["memory_gib"] else "")
+        + f"ISA {info['isa']}, {info['threads']} threads"
+    )
+    print(
+        f"DP-REC codec: sigma {SIGMA}, clip multiplier {CLIP_MULTIPLIER}, {args.bits} bits per group, "
+        f"max group size {args.max_group_size}: {enc['groups']} groups, {enc['message_bytes']}-byte messages; "
+        f"one client's encode {enc['encode_s']:.3f} s (not in the round). Pulls of {args.batch} replies."
+    )
     rows = []
     for kind in args.strategies:
-        cfg = dict(strategy=kind, clients=args.clients, params=args.params, bits=args.bits,
-                   max_group_size=args.max_group_size, batch=args.batch, seed=args.seed)
+        cfg = dict(
+            strategy=kind,
+            clients=args.clients,
+            params=args.params,
+            bits=args.bits,
+            max_group_size=args.max_group_size,
+            batch=args.batch,
+            seed=args.seed,
+        )
         print(f"  running {STRATEGIES[kind]} ...", file=sys.stderr, flush=True)
         rows.append(run_child(cfg))
     print()
@@ -489,14 +528,24 @@ def main(argv: list[str] | None = None) -> int:
                 memory = ""
                 if f["peak_minus_before_mib"] >= 1.0:  # too small to compare in a smoke run
                     memory = f", peak - before {r['peak_minus_before_mib'] / f['peak_minus_before_mib']:.3f}x"
-                print(f"{STRATEGIES[kind]} vs FedAvg: server time {r['server_s'] / f['server_s']:.2f}x{memory}, "
-                      f"{f['wire_bytes'] / r['wire_bytes']:,.0f}x fewer bytes per client")
+                print(
+                    f"{STRATEGIES[kind]} vs FedAvg: server time {r['server_s'] / f['server_s']:.2f}x{memory}, "
+                    f"{f['wire_bytes'] / r['wire_bytes']:,.0f}x fewer bytes per client"
+                )
     if not all(r["peak_reset"] for r in rows):
         print("note: the RSS high-water mark could not be reset here: peak RSS includes each process's start-up")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": info, "encode": enc, "args": {k: v for k, v in vars(args).items() if k != "child"},
-                       "rows": rows}, f, indent=2)
+            json.dump(
+                {
+                    "machine": info,
+                    "encode": enc,
+                    "args": {k: v for k, v in vars(args).items() if k != "child"},
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

@@ -50,8 +50,12 @@ from tests.integrations.test_flower import (  # noqa: E402
 def adaptive_strategy(nodes: int = 4, **kwargs):
     clipping = kwargs.pop("clipping", AdaptiveClipping())
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
-        keep_messages=True, adaptive_clipping=clipping, **kwargs,
+        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1),
+        make_codec(),
+        delta=DELTA,
+        keep_messages=True,
+        adaptive_clipping=clipping,
+        **kwargs,
     )
     return strategy, StaticGrid(nodes)
 
@@ -202,8 +206,10 @@ def test_rounds_follow_the_clip_norm():
         fraction = math.fsum(AdaptiveClipping.bit_value(b, 0.3) for b in bits) / len(bits)
         assert stats.clip_norm == pytest.approx(clip, rel=1e-15) and stats.sigma == pytest.approx(clip / CLIP)
         assert stats.unclipped_fraction == pytest.approx(fraction, rel=1e-12)
-        assert stats.next_clip_norm == strategy.clip_norm == pytest.approx(
-            clip * math.exp(-0.5 * (min(max(fraction, 0.0), 1.0) - 0.5)), rel=1e-12
+        assert (
+            stats.next_clip_norm
+            == strategy.clip_norm
+            == pytest.approx(clip * math.exp(-0.5 * (min(max(fraction, 0.0), 1.0) - 0.5)), rel=1e-12)
         )
         assert metrics["dprec-clip-norm"] == stats.clip_norm and metrics["dprec-next-clip-norm"] == strategy.clip_norm
         assert metrics["dprec-unclipped-fraction"] == stats.unclipped_fraction
@@ -229,12 +235,21 @@ def test_the_bits_are_accounted():
     s = 2.0 / CLIP
     assert strategy.accountant.quantile_noise == s
     reference = make_codec().accountant(
-        float_arrays(initial_arrays()), num_clients=4, clients_per_round=4, delta=DELTA,
-        sampling="without_replacement", rounds=3, quantile_noise=s,
+        float_arrays(initial_arrays()),
+        num_clients=4,
+        clients_per_round=4,
+        delta=DELTA,
+        sampling="without_replacement",
+        rounds=3,
+        quantile_noise=s,
     )
     without = make_codec().accountant(
-        float_arrays(initial_arrays()), num_clients=4, clients_per_round=4, delta=DELTA,
-        sampling="without_replacement", rounds=3,
+        float_arrays(initial_arrays()),
+        num_clients=4,
+        clients_per_round=4,
+        delta=DELTA,
+        sampling="without_replacement",
+        rounds=3,
     )
     for r in (1, 2):
         eps, eps_without = reference.step().epsilon, without.step().epsilon
@@ -292,7 +307,9 @@ def test_the_clip_norm_stays_within_sigma_range():
 
 def test_fixed_clipping_sends_no_bits():
     strategy = DPRECStrategy(
-        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1), make_codec(), delta=DELTA,
+        FedAvg(fraction_train=1.0, min_available_nodes=1, min_train_nodes=1),
+        make_codec(),
+        delta=DELTA,
         adaptive_clipping=False,
     )
     messages = push(list(strategy.configure_train(1, initial_arrays(), ConfigRecord(), StaticGrid(2))))
@@ -337,8 +354,9 @@ def test_legacy_wrapped_sampling_that_cannot_be_accounted():
     with pytest.raises(ValueError, match=api + r".*FedAvg's fraction_fit=2.0 "):
         DPRECLegacyStrategy(legacy.FedAvg(fraction_fit=2.0), make_codec(), delta=DELTA)
     with pytest.raises(ValueError, match=api + r".*min_fit_clients=10 exceeds num_clients=5"):
-        DPRECLegacyStrategy(legacy.FedAvg(min_fit_clients=10, min_available_clients=2), make_codec(), delta=DELTA,
-                            num_clients=5)
+        DPRECLegacyStrategy(
+            legacy.FedAvg(min_fit_clients=10, min_available_clients=2), make_codec(), delta=DELTA, num_clients=5
+        )
 
 
 def test_the_mod_factory_given_as_a_mod():
@@ -368,5 +386,6 @@ def test_legacy_fixed_size_sample_and_one_client():
     with pytest.raises(ValueError, match="fraction_fit=0.0"):
         DPRECLegacyStrategy(legacy.FedAvg(fraction_fit=0.0, min_fit_clients=0), make_codec(), delta=DELTA)
     # A population of one client is not refused because of the wrapper's internal strategy.
-    DPRECLegacyStrategy(legacy.FedAvg(min_fit_clients=1, min_available_clients=1), make_codec(), delta=DELTA,
-                        num_clients=1)
+    DPRECLegacyStrategy(
+        legacy.FedAvg(min_fit_clients=1, min_available_clients=1), make_codec(), delta=DELTA, num_clients=1
+    )

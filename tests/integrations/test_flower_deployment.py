@@ -168,7 +168,12 @@ class Processes:
         log = self.logs / f"{name}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=cwd,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=cwd,
                 start_new_session=True,  # a session and process group of its own
             )
         self.started.append((name, proc, log))
@@ -309,17 +314,33 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
     try:
         superlink = procs.start(
             "superlink",
-            [str(BINARIES["flower-superlink"]), "--insecure", "--host", "127.0.0.1", "--port", str(link_port),
-             # dprec and NumPy come from this environment: no `uv sync` of the app's dependencies.
-             "--disable-runtime-dependency-installation"],
+            [
+                str(BINARIES["flower-superlink"]),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(link_port),
+                # dprec and NumPy come from this environment: no `uv sync` of the app's dependencies.
+                "--disable-runtime-dependency-installation",
+            ],
             tmp_path,
         )
         for i, port in enumerate(node_ports):
             procs.start(
                 f"supernode-{i}",
-                [str(BINARIES["flower-supernode"]), "--insecure", "--superlink", link,
-                 "--host", "127.0.0.1", "--port", str(port),  # each SuperNode's own Runtime API (ClientApps)
-                 "--node-config", f"partition-id={i} num-partitions={NUM_NODES}"],
+                [
+                    str(BINARIES["flower-supernode"]),
+                    "--insecure",
+                    "--superlink",
+                    link,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),  # each SuperNode's own Runtime API (ClientApps)
+                    "--node-config",
+                    f"partition-id={i} num-partitions={NUM_NODES}",
+                ],
                 tmp_path,
             )
         _wait_for_port(link_port, procs, superlink, timeout=60.0)
@@ -349,10 +370,18 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
 
         # The codec and delta of the app's run config defaults (the test overrides neither).
         config = tomllib.loads((app / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
-        codec = DPRECCodec(sigma=config["sigma"], clip_multiplier=config["clip-multiplier"], bits=config["bits"],
-                           max_group_size=config["max-group-size"])
-        assert record["codec"] == {"sigma": codec.sigma, "clip_multiplier": codec.clip_multiplier,
-                                   "bits": codec.bits, "max_group_size": codec.max_group_size}
+        codec = DPRECCodec(
+            sigma=config["sigma"],
+            clip_multiplier=config["clip-multiplier"],
+            bits=config["bits"],
+            max_group_size=config["max-group-size"],
+        )
+        assert record["codec"] == {
+            "sigma": codec.sigma,
+            "clip_multiplier": codec.clip_multiplier,
+            "bits": codec.bits,
+            "max_group_size": codec.max_group_size,
+        }
         rounds = record["rounds"]
         assert [r["round"] for r in rounds] == list(range(1, NUM_ROUNDS + 1))
         sampled = int(FRACTION_TRAIN * NUM_NODES)
@@ -372,8 +401,12 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
             else:
                 # The round's clip norm is its codec's, sigma c: the previous round's next clip norm to rounding.
                 assert r["clip_norm"] == pytest.approx(rounds[r["round"] - 2]["next_clip_norm"], rel=1e-15), where
-            round_codec = DPRECCodec(sigma=r["sigma"], clip_multiplier=codec.clip_multiplier, bits=codec.bits,
-                                     max_group_size=codec.max_group_size)
+            round_codec = DPRECCodec(
+                sigma=r["sigma"],
+                clip_multiplier=codec.clip_multiplier,
+                bits=codec.bits,
+                max_group_size=codec.max_group_size,
+            )
             msgs = [DPRECMessage.from_bytes(base64.b64decode(m), round_codec.layout(before)) for m in r["messages"]]
             seeds += [m.seed for m in msgs]
             # The global model after the round is the one before plus the mean of the round's messages, as the
@@ -398,9 +431,15 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
         template = {k: _array(v) for k, v in rounds[0]["before"].items()}
         assert {r["delta"] for r in rounds} == {config["delta"]}
         assert record["quantile_noise"] == 2.0 / codec.clip_multiplier  # AdaptiveClipping's default
-        acc = codec.accountant(template, num_clients=NUM_NODES, clients_per_round=sampled,
-                               delta=config["delta"], sampling="without_replacement", rounds=NUM_ROUNDS,
-                               quantile_noise=record["quantile_noise"])
+        acc = codec.accountant(
+            template,
+            num_clients=NUM_NODES,
+            clients_per_round=sampled,
+            delta=config["delta"],
+            sampling="without_replacement",
+            rounds=NUM_ROUNDS,
+            quantile_noise=record["quantile_noise"],
+        )
         expected = [acc.step().epsilon for _ in rounds]
         assert [r["epsilon"] for r in rounds] == pytest.approx(expected, rel=1e-12)
         assert 0 < expected[0] < expected[1] < np.inf

@@ -446,8 +446,12 @@ def test_legacy_strategy_drops_what_the_core_drops():
         return {"clients": len(pairs)}
 
     strategy = DPRECLegacyStrategy(
-        legacy.FedAvg(fraction_fit=1.0, min_fit_clients=3, min_available_clients=3,
-                      fit_metrics_aggregation_fn=metrics_fn), codec, delta=DELTA, adaptive_clipping=False
+        legacy.FedAvg(
+            fraction_fit=1.0, min_fit_clients=3, min_available_clients=3, fit_metrics_aggregation_fn=metrics_fn
+        ),
+        codec,
+        delta=DELTA,
+        adaptive_clipping=False,
     )
     cm, proxies = manager(3)
     params = ndarrays_to_parameters(initial_ndarrays())
@@ -545,7 +549,12 @@ def test_legacy_server_in_process(name):
     codec = make_codec()
     globals_: dict = {}
     strategy = DPRECLegacyStrategy(
-        make_legacy(name, globals_), codec, delta=DELTA, adaptive_clipping=False, num_rounds=NUM_ROUNDS, keep_messages=True
+        make_legacy(name, globals_),
+        codec,
+        delta=DELTA,
+        adaptive_clipping=False,
+        num_rounds=NUM_ROUNDS,
+        keep_messages=True,
     )
     history, _, proxies = run_legacy_server(strategy)
     assert sorted(globals_) == list(range(NUM_ROUNDS + 1))
@@ -592,7 +601,11 @@ def test_the_legacy_wrapper_refuses_a_message_api_strategy():
     ):
         DPRECLegacyStrategy(MessageFedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False)
     with pytest.raises(TypeError, match="Message API"):
-        DPRECLegacyStrategy(DPRECStrategy(MessageFedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False), make_codec(), delta=DELTA)
+        DPRECLegacyStrategy(
+            DPRECStrategy(MessageFedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False),
+            make_codec(),
+            delta=DELTA,
+        )
     with pytest.raises(TypeError, match="legacy-API strategy .* got builtins.object"):
         DPRECLegacyStrategy(object(), make_codec(), delta=DELTA, adaptive_clipping=False)
     wrapped = DPRECLegacyStrategy(legacy.FedAvg(), make_codec(), delta=DELTA, adaptive_clipping=False)
@@ -792,7 +805,11 @@ def run_legacy_simulation(name: str, codec: DPRECCodec) -> tuple[RecordingLegacy
 
     def server_fn(context):
         strategy = RecordingLegacyStrategy(
-            make_legacy(name, out["globals"]), codec, delta=DELTA, num_rounds=NUM_ROUNDS, keep_messages=True,
+            make_legacy(name, out["globals"]),
+            codec,
+            delta=DELTA,
+            num_rounds=NUM_ROUNDS,
+            keep_messages=True,
             adaptive_clipping=False,
         )
         out["strategy"] = strategy

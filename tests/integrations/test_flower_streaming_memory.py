@@ -94,7 +94,9 @@ class LazyGrid(Grid):
         config = train.content.config_records["config"]
         if self._layout is None:
             shapes = {k: tuple(a.shape) for k, a in train.content.array_records["arrays"].items()}
-            self._layout = codec_from_config(config).layout({k: np.broadcast_to(np.float32(0), s) for k, s in shapes.items()})
+            self._layout = codec_from_config(config).layout(
+                {k: np.broadcast_to(np.float32(0), s) for k, s in shapes.items()}
+            )
         layout, rng = self._layout, self.rng
         message = DPRECMessage(
             seed=int(rng.integers(0, 2**64, dtype=np.uint64)),
@@ -117,7 +119,8 @@ def traced_round(clients: int, shape: tuple[int, ...] = PARAMS) -> tuple[int, in
     codec = DPRECCodec(sigma=0.01, clip_multiplier=0.5, bits=7, max_group_size=4096)
     strategy = DPRECStrategy(
         FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_available_nodes=clients, min_train_nodes=clients),
-        codec, delta=1e-5,
+        codec,
+        delta=1e-5,
     )
     grid = LazyGrid(clients)
     streamed = []

@@ -17,8 +17,10 @@ def _codec(backend: str = "auto") -> DPRECCodec:
 
 def _messages(codec: DPRECCodec, n: int, seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
-    return [codec.encode({k: rng.normal(0, 0.01, v.shape).astype(np.float32) for k, v in TEMPLATE.items()})
-            for _ in range(n)]
+    return [
+        codec.encode({k: rng.normal(0, 0.01, v.shape).astype(np.float32) for k, v in TEMPLATE.items()})
+        for _ in range(n)
+    ]
 
 
 def _zeros() -> dict[str, np.ndarray]:
