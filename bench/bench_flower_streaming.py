@@ -165,6 +165,7 @@ def dprec_answer(rng: np.random.Generator) -> Callable[[Any], Any]:
     from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
     from dprec.flower import CONFIG_QUANTILE_NOISE, MESSAGE_KEY, QUANTILE_BIT_KEY, RECORD_KEY, codec_from_config
+    from dprec.flower._adaptive import noisy_bit
     from dprec.rec.codec import DPRECMessage
 
     layouts: dict[tuple, tuple[Any, np.ndarray, float | None]] = {}
@@ -187,7 +188,7 @@ def dprec_answer(rng: np.random.Generator) -> Callable[[Any], Any]:
         )
         record = ConfigRecord({MESSAGE_KEY: message.to_bytes()})
         if noise is not None:
-            record[QUANTILE_BIT_KEY] = float(rng.random() < 0.5) + float(rng.normal(0.0, noise))
+            record[QUANTILE_BIT_KEY] = float(noisy_bit(bool(rng.random() < 0.5), noise))  # as dprec_mod sends it
         metrics = MetricRecord({"num-examples": int(rng.integers(50, 150)), "train-loss": float(rng.random())})
         return Message(RecordDict({RECORD_KEY: record, "metrics": metrics}), reply_to=train)
 

@@ -138,7 +138,7 @@ def bits_of(codec: DPRECCodec, noise: float, n: int, mod=dprec_mod) -> np.ndarra
         reply = mod(msg, make_context(1 + i % 5), train_fn)
         assert not reply.has_error(), reply.error.reason
         value = reply.content[RECORD_KEY][QUANTILE_BIT_KEY]
-        assert isinstance(value, int) and not isinstance(value, bool)
+        assert isinstance(value, float) and value.is_integer()  # an integer on the lattice, fixed-size on the wire
         out.append(value / bit_lattice(noise))
     return np.array(out)
 

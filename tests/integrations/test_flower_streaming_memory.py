@@ -36,6 +36,7 @@ from dprec.flower import (  # noqa: E402
     DPRECStrategy,
     codec_from_config,
 )
+from dprec.flower._adaptive import noisy_bit  # noqa: E402
 from dprec.rec.codec import DPRECMessage  # noqa: E402
 from tests.integrations.test_flower import task_identity  # noqa: E402, F401 - the autouse fixture
 
@@ -105,7 +106,7 @@ class LazyGrid(Grid):
             layout_digest=layout.digest,
         )
         record = ConfigRecord({MESSAGE_KEY: message.to_bytes()})
-        record[QUANTILE_BIT_KEY] = float(rng.random() < 0.5) + float(rng.normal(0.0, config[CONFIG_QUANTILE_NOISE]))
+        record[QUANTILE_BIT_KEY] = float(noisy_bit(bool(rng.random() < 0.5), config[CONFIG_QUANTILE_NOISE]))
         metrics = MetricRecord({"num-examples": int(rng.integers(50, 150)), "train-loss": float(rng.random())})
         return Message(RecordDict({RECORD_KEY: record, "metrics": metrics}), reply_to=train)
 

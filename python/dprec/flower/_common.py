@@ -46,7 +46,8 @@ CONFIG_SLOT = "dprec.slot"
 #: ConfigRecord key (server to client), adaptive clipping only: the standard deviation ``s`` (float) of the
 #: noise the client adds to its quantile bit (:class:`~dprec.flower.AdaptiveClipping`).
 CONFIG_QUANTILE_NOISE = "dprec.quantile-noise"
-#: Key, in the reply's DP-REC ConfigRecord, of the client's noisy quantile bit: the integer ``1[norm <= C] M + Z``,
+#: Key, in the reply's DP-REC ConfigRecord, of the client's noisy quantile bit: the integer ``1[norm <= C] M + Z``
+#: (an integer-valued float64, of fixed size on the wire),
 #: ``Z`` a discrete Gaussian of scale ``s M`` (:func:`dprec.flower._adaptive.noisy_bit`).
 QUANTILE_BIT_KEY = "dprec.quantile-bit"
 #: Name of the reply's ConfigRecord that carries the message (client to server).

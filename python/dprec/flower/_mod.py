@@ -79,9 +79,9 @@ def dprec_mod(msg: Message, context: Context, call_next: Callable[[Message, Cont
        reply's ``ArrayRecord`` by ``ConfigRecord({"dprec.message": bytes})`` named
        ``"dprec"``; other records (the ``MetricRecord``) are kept. With adaptive clipping (the
        train config holds :data:`CONFIG_QUANTILE_NOISE`, ``s``) the record also holds
-       :data:`QUANTILE_BIT_KEY`: the integer ``1[norm <= clip norm] M + Z``, ``Z`` an exact discrete Gaussian of
-       scale ``s M`` (a lattice of ``M`` steps per unit), the noise from the OS entropy
-       source.
+       :data:`QUANTILE_BIT_KEY`: the integer ``1[norm <= clip norm] M + Z`` (as an integer-valued
+       float), ``Z`` an exact discrete Gaussian of scale ``s M`` (a lattice of ``M`` steps per unit),
+       the noise from the OS entropy source.
 
     Legacy apps (``ClientApp(client_fn=..., mods=[dprec_mod])`` with a ``NumPyClient``, the
     server's strategy wrapped in :class:`DPRECLegacyStrategy`) work the same way: their train
@@ -409,7 +409,9 @@ def _encode_reply(
     dprec_record = ConfigRecord({MESSAGE_KEY: blob})  # every DP-REC entry of the reply, in either format
     if noise is not None:
         # Adaptive clipping: whether the update was within the clip norm, plus noise from the OS entropy source.
-        dprec_record[QUANTILE_BIT_KEY] = noisy_bit(info.norm <= info.clip_norm, noise)  # an int on a lattice
+        # An integer on a lattice, sent as an integer-valued float64: exact, and of fixed size on the wire (a
+        # ConfigRecord int is a varint, whose length would vary with the noise).
+        dprec_record[QUANTILE_BIT_KEY] = float(noisy_bit(info.norm <= info.clip_norm, noise))
     if legacy:
         # The legacy server reads a FitRes: "fitres.parameters" must stay, with no tensors; the entries ride in
         # the fit metrics (a FitRes's metrics take bytes), where DPRECLegacyStrategy finds them by their prefix.

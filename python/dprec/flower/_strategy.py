@@ -1512,13 +1512,15 @@ def _sample_plan_problem(
 
 
 def _quantile_bit(record: ConfigRecord, noise: float) -> float:
-    """A reply's noisy quantile bit (adaptive clipping): an integer ``Y``, as ``Y / M`` clamped to [-10 s, 1 + 10 s]."""
+    """A reply's noisy quantile bit (adaptive clipping): an integer ``Y`` (or an integer-valued float), as ``Y / M``
+    clamped to [-10 s, 1 + 10 s]."""
     value = record.get(QUANTILE_BIT_KEY)
     if value is None:
         raise ValueError(f"no {QUANTILE_BIT_KEY!r} (adaptive clipping; is the client's dprec too old?)")
-    if isinstance(value, bool) or not isinstance(value, int):
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) <= 2.0**53)
+    if isinstance(value, bool) or not whole:
         raise ValueError(f"{QUANTILE_BIT_KEY!r} must be an integer (the bit on its lattice), got {_short(value)}")
-    return AdaptiveClipping.bit_value(value, noise)
+    return AdaptiveClipping.bit_value(int(value), noise)
 
 
 def _sender(reply: Message, ids: dict[str, int], nodes: set[int]) -> int | None:
