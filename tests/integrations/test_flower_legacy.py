@@ -49,37 +49,18 @@ from dprec.flower import (  # noqa: E402
     dprec_mod,
     make_dprec_mod,
 )
+from tests.integrations.test_flower import (  # noqa: E402 - the shared settings and helpers
+    CLIP,
+    DELTA,
+    NUM_NODES,
+    NUM_ROUNDS,
+    make_codec,
+    server_mean,
+    task_identity,  # noqa: F401 - the autouse fixture
+)
 
-SIGMA = 0.05
-CLIP = 1.0
-BITS = 7
-GROUP = 64
-DELTA = 1e-3
-NUM_NODES = 5
-NUM_ROUNDS = 3
 FIT_RES_KEYS = {"fitres.parameters", "fitres.metrics", "fitres.num_examples", "fitres.status"}
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "flower.md"
-
-
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Flower stamps instruction messages with the identity of the running app; give the tests one."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = {k: TaskIdentity.__dict__[k] for k in ("_task_id", "_run_id", "_node_id")}
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    for k, v in saved.items():
-        setattr(TaskIdentity, k, v)
-
-
-def make_codec() -> DPRECCodec:
-    return DPRECCodec(sigma=SIGMA, clip_multiplier=CLIP, bits=BITS, max_group_size=GROUP)
-
-
-# --------------------------------------------------------------------------------------
-# A legacy app: a NumPyClient doing one step of least squares; the model is [w, b, steps].
-# --------------------------------------------------------------------------------------
 
 
 def initial_ndarrays() -> list[np.ndarray]:
@@ -221,16 +202,10 @@ def reference_epsilons(codec, *, rounds, num_clients, clients_per_round):
 
 
 def plus_mean(glob: list[np.ndarray], blobs: tuple[bytes, ...], codec: DPRECCodec) -> list[np.ndarray]:
-    """``global + mean(messages)`` for the float arrays, in their dtype; other arrays unchanged. The mean is the
-    strategy's: float64 sums in aggregation order (``codec.accumulate``) over their count, as float32; equal to
-    ``codec.aggregate`` to float64 rounding."""
+    """``global + mean(messages)`` for the float arrays, in their dtype; other arrays unchanged (the strategy's
+    mean: :func:`tests.integrations.test_flower.server_mean`)."""
     tmpl = {str(i): a for i, a in enumerate(glob) if a.dtype.kind == "f"}
-    msgs = [DPRECMessage.from_bytes(b) for b in blobs]
-    sums = codec.accumulate(msgs, {k: np.zeros(a.shape) for k, a in tmpl.items()})
-    mean = {k: (v / len(msgs)).astype(np.float32) for k, v in sums.items()}
-    reference = codec.aggregate(msgs, tmpl)
-    for k in mean:
-        np.testing.assert_allclose(mean[k], reference[k], rtol=1e-6, atol=1e-7 * codec.sigma)
+    mean = server_mean(codec, blobs, tmpl)
     return [np.asarray(a + mean[str(i)], dtype=a.dtype) if str(i) in mean else a for i, a in enumerate(glob)]
 
 

@@ -873,34 +873,23 @@ class DPRECStrategy(Strategy):
         n = self.num_clients if self.num_clients is not None else num_available
         if n < 1:
             raise ValueError("no nodes are connected; give num_clients or the wrapped strategy's min_available_nodes")
-        if self.sampling == "poisson":
-            # The codec's accountant: bits and groups from the layout (REC's bound takes the smallest
-            # group's K), the rate itself for Poisson sampling.
-            return self.codec.accountant(
-                template,
-                num_clients=n,
-                sampling_rate=self.sampling_rate,
-                delta=self.delta,
-                sampling="poisson",
-                rounds=self.num_rounds,
-                reverse=self.reverse,
-                threat_model=self.threat_model,
-                relation=self.relation,
-                method=self.method,
-                quantile_noise=self.quantile_noise,
-            )
+        # The codec's accountant: bits and groups from the layout (REC's bound takes the smallest group's K);
+        # Poisson sampling at its rate, the other schemes with this round's B (slots, with replacement).
+        scheme: dict[str, Any] = (
+            {"sampling_rate": self.sampling_rate} if self.sampling == "poisson" else {"clients_per_round": num_sampled}
+        )
         return self.codec.accountant(
             template,
             num_clients=n,
-            clients_per_round=num_sampled,
             delta=self.delta,
-            sampling=self.sampling,  # "without_replacement" or "with_replacement" (B slots per round)
+            sampling=self.sampling,
             rounds=self.num_rounds,
             reverse=self.reverse,
             threat_model=self.threat_model,
             relation=self.relation,
             method=self.method,
             quantile_noise=self.quantile_noise,
+            **scheme,
         )
 
     def _float32_wire_nbytes(self, layout: Layout, template: Mapping[str, np.ndarray]) -> int:
@@ -1122,7 +1111,7 @@ class DPRECStrategy(Strategy):
             if first_of_key and fresh:
                 batch.append(entry)
         if batch:
-            state.sums.add(batch, 1.0)
+            state.sums.add(batch)
 
     def _read_entry(self, state: _RoundState, reply: Message) -> _Entry:
         """One reply's origin, message and weight (a failure of any is recorded, not raised)."""
@@ -1240,10 +1229,10 @@ class DPRECStrategy(Strategy):
             # sums are rebuilt from the kept ones (one more pass, in such rounds only) rather than subtracted,
             # so that they are exactly the sums of the kept messages in arrival order.
             state.sums.reset(state.entries)
-            state.sums.add(kept, 1.0)
+            state.sums.add(kept)
             return kept
         late = [e for e in kept if not e.accumulated]
-        state.sums.add(late, 1.0)
+        state.sums.add(late)
         # In the order they were accumulated (arrival order, those settled late last): the order of the sums.
         if not late:
             return kept
@@ -1344,8 +1333,8 @@ class _Sums:
         self._sums: dict[str, np.ndarray] | None = None
         self._exponent: int | None = None
 
-    def add(self, entries: list[_Entry], sign: float) -> None:
-        """Add the entries' weighted decoded updates (``sign = 1``; ``-1`` subtracts) in one pass."""
+    def add(self, entries: list[_Entry]) -> None:
+        """Add the entries' weighted decoded updates in one pass."""
         if not entries:
             return
         top = max(e.weight for e in entries)
@@ -1358,10 +1347,10 @@ class _Sums:
                 self._exponent = exponent
         if self._sums is None:
             self._sums = {k: np.zeros(shape) for k, shape in self._shapes.items()}
-        weights = np.array([sign * self.scaled(e.weight) for e in entries])
+        weights = np.array([self.scaled(e.weight) for e in entries])
         self._codec.accumulate([e.msg for e in entries], self._sums, weights=weights)
         for e in entries:
-            e.accumulated = sign > 0
+            e.accumulated = True
 
     def reset(self, entries: list[_Entry]) -> None:
         """Back to no sums (and no entry accumulated)."""
