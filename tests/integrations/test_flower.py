@@ -1384,7 +1384,7 @@ def test_flower_simulation_drops_a_replayed_message():
         assert (stats.num_sampled, stats.num_aggregated) == (NUM_NODES, NUM_NODES - replayed)
         assert stats.dropped == ({"replayed-seed": 1} if replayed else {})
         assert metrics["dprec-dropped"] == replayed and metrics["dprec-clients"] == NUM_NODES - replayed
-        mean = make_codec().aggregate([DPRECMessage.from_bytes(b) for b in stats.messages], template)
+        mean = server_mean(make_codec(), stats.messages, template)
         for k in template:
             np.testing.assert_array_equal(globals_[r][k], globals_[r - 1][k] + mean[k])
 
