@@ -61,7 +61,10 @@ RANKS = {
     "dprec.qmgeo": {"codec": 1, "quantizer": 0},
     "dprec.secagg": {"pipeline": 2, "noise": 1, "rounding": 1, "modular": 1},
     "dprec.transforms": {"hadamard": 0, "sketch": 0},
-    "dprec.flower": {"_legacy": 2, "_strategy": 1, "_mod": 1, "_adaptive": 0, "_common": 0},
+    "dprec.flower": {
+        "_secagg_strategy": 3, "_legacy": 2, "_strategy": 1, "_mod": 1, "_secagg_mod": 1, "_adaptive": 0,
+        "_common": 0, "_secagg": 0,
+    },
 }
 
 

@@ -56,6 +56,7 @@ from .accountant import (
     QMGeoEvent,
     RdpEvent,
     SampledGaussianEvent,
+    SecAggRoundEvent,
     SkellamEvent,
 )
 from .baselines import *  # noqa: F401,F403
@@ -92,6 +93,7 @@ __all__ = [
     "DDGEvent",
     "QMGeoEvent",
     "SkellamEvent",
+    "SecAggRoundEvent",
     "baselines",
     "discrete",
     "guarantee",

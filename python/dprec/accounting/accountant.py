@@ -88,6 +88,7 @@ __all__ = [
     "RdpEvent",
     "SampledGaussianEvent",
     "SkellamEvent",
+    "SecAggRoundEvent",
 ]
 
 
@@ -771,6 +772,52 @@ class SkellamEvent(_SharedNoiseEvent):
         from .discrete import skellam_rdp
 
         return skellam_rdp
+
+
+class SecAggRoundEvent(PrivacyEvent):
+    """One round of several distributed-noise sums under secure aggregation whose participants the observer sees.
+
+    ``SecAggRoundEvent([DDGEvent(...), DDGEvent(...)], participation_rate=q)``: the components (unsampled
+    :class:`DDGEvent` / :class:`SkellamEvent`, ``sampling_rate=1``) are released together in one round (e.g. the
+    update's sum and a clipping count), and the target client takes part with probability ``q``, independently of
+    the data, which the observer sees (the server knows who sent a masked message). The curve is the
+    participation mixture of the components' summed curves, ``log(1 - q + q exp((a - 1) sum_k rdp_k(a))) / (a - 1)``
+    (:func:`dprec.accounting.rdp.participation_rdp`): the mixture of the sum, not the sum of mixtures, which
+    would be smaller than the truth, since the components share the participation.
+
+    One curve for every threat model (each observer sees at most the server's view: the modular sums and who took
+    part), relation ``"zero"`` only (removing a client removes its noise shares).
+    """
+
+    def __init__(self, components: Any, participation_rate: float = 1.0) -> None:
+        from ._checks import check_probability  # noqa: PLC0415
+
+        parts = tuple(components)
+        if not parts or not all(isinstance(c, _SharedNoiseEvent) for c in parts):
+            raise TypeError("components must be a non-empty sequence of DDGEvent / SkellamEvent")
+        for c in parts:
+            if c.params.get("sampling_rate", 1.0) != 1.0:
+                raise ValueError("components must be unsampled (sampling_rate=1): the participation is the event's")
+        self.components = parts
+        self.participation_rate = check_probability(participation_rate, "participation_rate")
+
+    def __repr__(self) -> str:
+        return f"SecAggRoundEvent({list(self.components)!r}, participation_rate={self.participation_rate!r})"
+
+    def rdp(self, orders: np.ndarray) -> np.ndarray:
+        from .rdp import participation_rdp  # noqa: PLC0415
+
+        alphas = np.asarray(orders, dtype=np.float64)
+        total = np.zeros(alphas.shape)
+        for c in self.components:
+            total = total + c.rdp(alphas)
+        return participation_rdp(self.participation_rate, total, alphas)
+
+    def curves(self, orders: np.ndarray, threat_model: str, relation: str) -> "tuple[np.ndarray, np.ndarray] | str":
+        if relation == "add_remove":
+            return NOISE_SHARE_REASON
+        curve = self.rdp(np.asarray(orders, dtype=np.float64))
+        return curve, curve
 
 
 class QMGeoEvent(_KeywordRdpEvent):

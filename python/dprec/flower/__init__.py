@@ -88,6 +88,9 @@ from ._common import (
 )
 from ._legacy import DPRECLegacyStrategy
 from ._mod import dprec_mod, make_dprec_mod
+from ._secagg import MAX_SECAGG_BITS, secagg_ranges
+from ._secagg_mod import DDP_STATE_KEY, distributed_dp_mod, make_distributed_dp_mod
+from ._secagg_strategy import DistributedDPRound, DistributedDPStrategy, DistributedDPWorkflow
 from ._strategy import DPRECRound, DPRECStrategy
 
 __all__ = [
@@ -104,6 +107,14 @@ __all__ = [
     "DEFAULT_MAX_CANDIDATE_ELEMENTS",
     "DEFAULT_CANDIDATE_ELEMENTS_PER_PARAMETER",
     "DEFAULT_MIN_BITS",
+    "DDP_STATE_KEY",
+    "DistributedDPRound",
+    "DistributedDPStrategy",
+    "DistributedDPWorkflow",
+    "MAX_SECAGG_BITS",
+    "distributed_dp_mod",
+    "make_distributed_dp_mod",
+    "secagg_ranges",
     "DPRECLegacyStrategy",
     "DPRECRound",
     "DPRECStrategy",

@@ -247,11 +247,13 @@ def _float_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
     return out
 
 
-def _error_reply(msg: Message, reason: str, code: int = ErrorCode.MOD_FAILED_PRECONDITION) -> Message:
-    """An error reply to ``msg``; ``reason`` (logged here too) must hold no private data of the client."""
+def _error_reply(
+    msg: Message, reason: str, code: int = ErrorCode.MOD_FAILED_PRECONDITION, *, mod: str = "dprec_mod"
+) -> Message:
+    """An error reply to ``msg`` from ``mod``; ``reason`` (logged here too) must hold no private data of the client."""
     reason = _clip_text(reason)
-    log(ERROR, "dprec_mod: %s", reason)
-    return Message(Error(code=code, reason=f"dprec_mod: {reason}"), reply_to=msg)
+    log(ERROR, "%s: %s", mod, reason)
+    return Message(Error(code=code, reason=f"{mod}: {reason}"), reply_to=msg)
 
 
 def _find_config(content: RecordDict, key: str) -> tuple[str, ConfigRecord] | None:

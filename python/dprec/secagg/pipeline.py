@@ -142,6 +142,11 @@ class DistributedPipeline:
         standard deviations of head-room (default 1e-6: about 4.9).
     group : int
         Philox group id of the rotation and sketch (e.g. the tensor number), default 0.
+    granularity : float, optional
+        gamma itself, instead of the largest scale with ``k`` standard deviations of head-room: what a
+        client is told by a server that chose the scale (with ``noise_stddev``; a Flower client rebuilds
+        the server's pipeline this way, so that both use the same float, whatever their libraries
+        compute). Positive and finite; the head-room (:attr:`wrap_probability`) then follows from it.
     threat_model : {"server", "messages", "central"}
         Whom ``target_epsilon`` is calibrated against, and the default of :meth:`epsilon` /
         :meth:`guarantee` (default ``"server"``). With ``sampling_rate < 1`` only ``"central"`` (the
@@ -189,6 +194,7 @@ class DistributedPipeline:
         wrap_probability: float = 1e-6,
         group: int = 0,
         threat_model: str = "server",
+        granularity: Optional[float] = None,
     ) -> None:
         from ..accounting.guarantee import check_threat_model  # noqa: PLC0415
 
@@ -208,12 +214,13 @@ class DistributedPipeline:
             raise ValueError(f"wrap_probability must be in (0, 1), got {wrap_probability!r}")
         self._k = float(math.sqrt(2.0) * erfcinv(p))
         self._sketch: Optional[CountSketch] = None
+        self._sketch_slack = 0.0
         message_dim = self._dim
         self._sensitive_clip = self._clip
         if sketch is not None:
             if not (isinstance(sketch, (tuple, list)) and len(sketch) == 2):
                 raise TypeError(f"sketch must be a (rows, cols) pair or None, got {sketch!r}")
-            slack = _check_real(sketch_slack, "sketch_slack")
+            slack = self._sketch_slack = _check_real(sketch_slack, "sketch_slack")
             self._sketch = CountSketch(self._dim, sketch[0], sketch[1], seed, group)
             message_dim = self._sketch.rows * self._sketch.cols
             self._sensitive_clip = self._clip * math.sqrt((1.0 + slack) / self._sketch.rows)
@@ -224,7 +231,14 @@ class DistributedPipeline:
 
         if (noise_stddev is None) == (target_epsilon is None):
             raise ValueError("give exactly one of noise_stddev and target_epsilon")
-        if target_epsilon is not None:
+        if granularity is not None:
+            if target_epsilon is not None:
+                raise ValueError("granularity is given with noise_stddev, not with target_epsilon")
+            self._sigma = check_positive(noise_stddev, "noise_stddev")
+            self._gamma = check_positive(granularity, "granularity")
+            if not (math.isfinite(self._gamma) and math.isfinite(1.0 / self._gamma)):
+                raise ValueError(f"granularity must be finite with a finite inverse, got {granularity!r}")
+        elif target_epsilon is not None:
             if self._delta is None:
                 raise ValueError("target_epsilon needs delta")
             target = check_positive(target_epsilon, "target_epsilon")
@@ -349,6 +363,16 @@ class DistributedPipeline:
     @property
     def sketch(self) -> Optional[CountSketch]:
         return self._sketch
+
+    @property
+    def sketch_slack(self) -> float:
+        """The sketch's re-clip slack (0 without a sketch)."""
+        return self._sketch_slack
+
+    @property
+    def beta(self) -> float:
+        """The conditional-rounding bias (0: unconditional rounding)."""
+        return self._beta
 
     @property
     def rotation(self) -> RandomizedHadamard:

@@ -1,0 +1,195 @@
+"""Shared by the distributed-DP client mod and server strategy: the ``"dprec.ddp."`` config keys, the round's
+pipeline in a ConfigRecord, and the exact carriage of integers mod ``2**bits`` through Flower's SecAgg+.
+
+Flower's SecAgg+ (``flwr.client.mod.secaggplus_mod`` with ``flwr.server.workflow.SecAggPlusWorkflow``) sums
+float vectors: each client clips to ``[-c, c]``, maps onto ``[0, q]`` with Flower's stochastic rounding,
+multiplies by its weight, masks mod ``M``; the server unmasks the sum mod ``M`` and maps it back to floats.
+With ``q = 2**bits - 1``, ``c = q / 2``, ``M = 2**bits``, ``max_weight = 1`` and every client's weight 1, each
+step is exact in float64 for an integer ``z`` in ``[0, 2**bits)`` sent as ``z - c``: the scale ``q / (2c)`` is
+1.0, ``z - c + c`` is ``z``, the stochastic rounding of an integer returns it, and the masked sum is the
+modular sum of the ``z``. The server's float output ``(R - n c) q / (n q mod M)`` is inverted exactly
+(:func:`modular_sum_from_secagg`) while ``(n + 2) 2**bits < 2**50``; its int32 quantization caps ``bits`` at 31.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+#: Most bits Flower's SecAgg+ carries exactly: its quantization holds a word in an int32.
+MAX_SECAGG_BITS = 31
+#: Fewest bits: below it nothing but rounding fits in the modulus.
+MIN_SECAGG_BITS = 2
+#: ``DistributedDPStrategy(mechanism=...)``.
+MECHANISMS = ("ddg", "skellam")
+
+#: ConfigRecord keys (server to client) of the round's pipeline, in the ``FitIns`` config.
+CONFIG_DDP_MECHANISM = "dprec.ddp.mechanism"
+CONFIG_DDP_DIM = "dprec.ddp.dim"
+CONFIG_DDP_CLIP = "dprec.ddp.clip"
+CONFIG_DDP_BITS = "dprec.ddp.bits"
+CONFIG_DDP_CLIENTS = "dprec.ddp.clients"
+CONFIG_DDP_SEED = "dprec.ddp.seed"
+CONFIG_DDP_NOISE = "dprec.ddp.noise-stddev"
+CONFIG_DDP_GRANULARITY = "dprec.ddp.granularity"
+CONFIG_DDP_BETA = "dprec.ddp.beta"
+CONFIG_DDP_SKETCH_ROWS = "dprec.ddp.sketch-rows"
+CONFIG_DDP_SKETCH_COLS = "dprec.ddp.sketch-cols"
+CONFIG_DDP_SKETCH_SLACK = "dprec.ddp.sketch-slack"
+#: Adaptive clipping only: the lattice ``M`` of the clipping count (int) and each client's integer noise on it.
+CONFIG_DDP_COUNT_LATTICE = "dprec.ddp.count-lattice"
+CONFIG_DDP_COUNT_NOISE = "dprec.ddp.count-noise"
+
+_REQUIRED = (CONFIG_DDP_MECHANISM, CONFIG_DDP_DIM, CONFIG_DDP_CLIP, CONFIG_DDP_BITS, CONFIG_DDP_CLIENTS,
+             CONFIG_DDP_SEED, CONFIG_DDP_NOISE, CONFIG_DDP_GRANULARITY, CONFIG_DDP_BETA)
+# The largest integer noise standard deviation the exact samplers take (dprec.secagg.noise).
+_MAX_COUNT_NOISE = float(2**24)
+
+
+def secagg_ranges(bits: int) -> dict[str, Any]:
+    """The ``SecAggPlusWorkflow`` keyword arguments under which it carries integers mod ``2**bits`` exactly.
+
+    ``clipping_range = (2**bits - 1) / 2``, ``quantization_range = 2**bits - 1``, ``modulus_range = 2**bits``,
+    ``max_weight = 1.0`` (the client mod reports a weight of 1: the distributed-DP mean is unweighted).
+    """
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
+        raise TypeError(f"bits must be an int, got {type(bits).__name__}")
+    if not MIN_SECAGG_BITS <= int(bits) <= MAX_SECAGG_BITS:
+        raise ValueError(
+            f"bits must be in [{MIN_SECAGG_BITS}, {MAX_SECAGG_BITS}] for Flower's SecAgg+, got {bits!r}: its "
+            "quantization holds each word in an int32, so a modulus above 2**31 cannot be carried exactly"
+        )
+    q = (1 << int(bits)) - 1
+    return {"clipping_range": q / 2.0, "quantization_range": q, "modulus_range": 1 << int(bits), "max_weight": 1.0}
+
+
+def words_to_secagg(words: np.ndarray, bits: int) -> np.ndarray:
+    """The float64 array a client hands SecAgg+ so that it masks exactly ``words`` (integers in ``[0, 2**bits)``)."""
+    return np.asarray(words, dtype=np.float64) - ((1 << bits) - 1) / 2.0
+
+
+def max_secagg_clients(bits: int) -> int:
+    """The most vectors whose SecAgg+ sum :func:`modular_sum_from_secagg` inverts exactly (and fewer than ``2**bits``).
+
+    Flower's output ``(R - n c) q / (n q mod M)`` is rounded once in the product; its inverse is exact while
+    ``(n + 2) 2**bits`` stays below ``2**50`` (relative errors of ``2**-52`` leave under ``1/4``), and ``n`` must
+    not be a multiple of ``M`` (Flower would divide by zero).
+    """
+    return min((1 << bits) - 1, (1 << (50 - bits)) - 2)
+
+
+def modular_sum_from_secagg(output: np.ndarray, bits: int, num_clients: int) -> np.ndarray:
+    """The modular sum ``R`` (in ``[0, 2**bits)``, of :func:`dprec.secagg.storage_dtype`) of ``num_clients`` vectors sent as
+    :func:`words_to_secagg`, from the float array ``SecAggPlusWorkflow`` hands ``aggregate_fit``.
+
+    Raises
+    ------
+    ValueError
+        When ``output`` is not such a sum (a value that is not finite, or more than 1/4 from the integer it must
+        be: the workflow was not configured by :func:`secagg_ranges`, or the clients did not send
+        :func:`words_to_secagg`).
+    """
+    n = int(num_clients)
+    if not 1 <= n <= max_secagg_clients(bits):
+        raise ValueError(f"num_clients={n} is out of range for bits={bits} (at most {max_secagg_clients(bits)})")
+    modulus = 1 << bits
+    q = modulus - 1
+    half = q / 2.0
+    # Flower: inv = q / (n q mod M), out = ((R - c) - (n - 1) c) * inv, every step exact but the product.
+    inv = q / ((n * q) % modulus)
+    y = np.asarray(output, dtype=np.float64) / inv + n * half
+    if not np.all(np.isfinite(y)):
+        raise ValueError("the secure aggregate is not finite: not a sum of words_to_secagg vectors")
+    r = np.rint(y)
+    if y.size and (float(np.max(np.abs(y - r))) > 0.25 or float(r.min()) < 0.0 or float(r.max()) >= modulus):
+        raise ValueError(
+            "the secure aggregate is not a sum of integers mod 2**bits: SecAggPlusWorkflow was not built with "
+            "secagg_ranges(bits) (use DistributedDPStrategy.secagg_workflow), or a client did not run "
+            "distributed_dp_mod"
+        )
+    from ..secagg.modular import storage_dtype  # noqa: PLC0415
+
+    return r.astype(storage_dtype(bits))
+
+
+def count_lattice(num_clients: int, noise: float, bits: int, headroom: float) -> int:
+    """``M`` of the clipping count: the largest power of two up to ``2**16`` with the count's sum and ``headroom``
+    standard deviations of its noise inside ``[-2**(bits-1), 2**(bits-1))`` and ``noise M <= 2**24``; 0 when
+    even ``M = 1`` does not fit."""
+    n = float(num_clients)
+    span = n + headroom * math.sqrt(n) * noise
+    m = 1 << 16
+    while m >= 1 and (m * span >= 2.0 ** (bits - 1) or noise * m > _MAX_COUNT_NOISE):
+        m //= 2
+    return max(m, 0)
+
+
+def pipeline_config(pipeline: Any, *, count_lattice: int = 0, count_noise: float = 0.0) -> dict[str, Any]:
+    """The ConfigRecord entries that rebuild ``pipeline`` on a client (:func:`pipeline_from_config`)."""
+    out: dict[str, Any] = {
+        CONFIG_DDP_MECHANISM: pipeline.mechanism,
+        CONFIG_DDP_DIM: int(pipeline.dim),
+        CONFIG_DDP_CLIP: float(pipeline.clip),
+        CONFIG_DDP_BITS: int(pipeline.bits),
+        CONFIG_DDP_CLIENTS: int(pipeline.num_clients),
+        CONFIG_DDP_SEED: int(pipeline.seed),
+        CONFIG_DDP_NOISE: float(pipeline.noise_stddev),
+        CONFIG_DDP_GRANULARITY: float(pipeline.granularity),
+        CONFIG_DDP_BETA: float(pipeline.beta),
+    }
+    if pipeline.sketch is not None:
+        rows, cols = pipeline.sketch.shape
+        out.update({CONFIG_DDP_SKETCH_ROWS: int(rows), CONFIG_DDP_SKETCH_COLS: int(cols),
+                    CONFIG_DDP_SKETCH_SLACK: float(pipeline.sketch_slack)})
+    if count_lattice:
+        out.update({CONFIG_DDP_COUNT_LATTICE: int(count_lattice), CONFIG_DDP_COUNT_NOISE: float(count_noise)})
+    return out
+
+
+def pipeline_from_config(config: Mapping[str, Any], *, max_dim: int | None = None) -> Any:
+    """The server's pipeline of the round, from the entries of :func:`pipeline_config` (untrusted values checked:
+    a KeyError, TypeError or ValueError names the entry). ``max_dim`` caps the message length a client accepts."""
+    from ..secagg.pipeline import DDGPipeline, SkellamPipeline  # noqa: PLC0415 - SciPy on first use only
+
+    missing = [k for k in _REQUIRED if k not in config]
+    if missing:
+        raise KeyError(f"the train config lacks the distributed-DP keys {missing}")
+    mechanism = config[CONFIG_DDP_MECHANISM]
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"config[{CONFIG_DDP_MECHANISM!r}] must be one of {MECHANISMS}, got {str(mechanism)[:40]!r}")
+    bits = config[CONFIG_DDP_BITS]
+    secagg_ranges(bits)  # the bits SecAgg+ can carry
+    sketch = None
+    if CONFIG_DDP_SKETCH_ROWS in config or CONFIG_DDP_SKETCH_COLS in config:
+        sketch = (config.get(CONFIG_DDP_SKETCH_ROWS), config.get(CONFIG_DDP_SKETCH_COLS))
+        if max_dim is not None and all(isinstance(v, int) for v in sketch) and sketch[0] * sketch[1] > max_dim:
+            raise ValueError(f"the sketch {sketch} has more cells than the {max_dim} the client accepts")
+    cls = DDGPipeline if mechanism == "ddg" else SkellamPipeline
+    pipe = cls(
+        config[CONFIG_DDP_DIM],
+        clip=config[CONFIG_DDP_CLIP],
+        bits=bits,
+        num_clients=config[CONFIG_DDP_CLIENTS],
+        seed=config[CONFIG_DDP_SEED],
+        noise_stddev=config[CONFIG_DDP_NOISE],
+        granularity=config[CONFIG_DDP_GRANULARITY],
+        beta=config[CONFIG_DDP_BETA],
+        sketch=sketch,
+        sketch_slack=config.get(CONFIG_DDP_SKETCH_SLACK, 0.1),
+    )
+    return pipe
+
+
+def count_from_config(config: Mapping[str, Any]) -> tuple[int, float] | None:
+    """``(M, integer noise)`` of the clipping count, or None without adaptive clipping (checked)."""
+    if CONFIG_DDP_COUNT_LATTICE not in config:
+        return None
+    m, noise = config[CONFIG_DDP_COUNT_LATTICE], config.get(CONFIG_DDP_COUNT_NOISE)
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= 1 << 16:
+        raise ValueError(f"config[{CONFIG_DDP_COUNT_LATTICE!r}] must be an int in [1, 2**16], got {str(m)[:40]}")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 < noise <= _MAX_COUNT_NOISE:
+        raise ValueError(f"config[{CONFIG_DDP_COUNT_NOISE!r}] must be a float in (0, 2**24], got {str(noise)[:40]}")
+    return m, float(noise)
