@@ -27,9 +27,9 @@ COMPILED = {"dprec._core", "dprec._cuda", "dprec._gpu_emulation"}
 #: another must go to a strictly lower level. Applications over mechanisms over transforms over the
 #: public runtime modules and accounting over the private runtime over the pure-NumPy reference.
 LEVELS = {
-    "dprec": 7,
-    "dprec.__main__": 7,
-    "dprec.compare": 6,
+    "dprec": 8,
+    "dprec.__main__": 8,
+    "dprec.compare": 7,
     "dprec.audit": 6,
     "dprec.bench": 6,
     "dprec.torch": 6,
@@ -63,7 +63,7 @@ RANKS = {
     "dprec.transforms": {"hadamard": 0, "sketch": 0},
     "dprec.flower": {
         "_secagg_strategy": 3, "_legacy": 2, "_strategy": 1, "_mod": 1, "_secagg_mod": 1, "_adaptive": 0,
-        "_common": 0, "_secagg": 0,
+        "_common": 0, "_secagg": 0, "_inprocess": 1,
     },
 }
 

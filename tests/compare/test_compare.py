@@ -86,7 +86,7 @@ def _independent_epsilon(fed, plan, tm: str) -> float:
     n, b, t, delta = fed.num_clients, fed.clients_per_round, fed.rounds, fed.delta
     q = b / n
     p = plan.params
-    key = plan.mechanism
+    key = plan.mechanism.removesuffix("-flower")  # Flower's SecAgg+ rows: the same mechanism and accounting
     if key == "dp-fedavg":
         return sampled_gaussian_epsilon(p["z"], q, t, delta, threat_model=tm, relation="zero").epsilon
     if key in ("dp-rec", "dp-rec-wr"):
@@ -266,6 +266,37 @@ def test_secagg_round_sums_exactly_b_noise_shares() -> None:
     assert few.messages == setting.clients_per_round and many.messages == 14
     # Nobody drawn: the noise-only sum is released all the same (the model must not reveal that k = 0).
     assert none.update is not None and none.messages == setting.clients_per_round
+
+
+@pytest.mark.parametrize("kind", ["ddg", "skellam"])
+def test_flower_secagg_rows_equal_the_simulator_rows_for_the_same_seeds(kind) -> None:
+    """The ``-flower`` rows sum the clients' words with Flower's SecAgg+ protocol (in process): with the same
+    public and private seeds, a round's update is the simulator row's, bit for bit."""
+    pytest.importorskip("flwr")
+    from dprec.compare import runner  # noqa: PLC0415
+
+    cfg = CompareConfig(federations=("digits",), mechanisms=(kind,), runs=1, rounds=1, workers=1)
+    fed = runner._cached_federation("digits", 100, cfg.alpha, cfg.seed)
+    setting = runner._setting(cfg, "digits", fed)
+    simulator = mechanisms.SecAggNoise(kind, sketch=False)
+    flower = mechanisms.SecAggNoise(kind, sketch=False, transport="flower")
+    assert flower.key == f"{kind}-flower" and "Flower SecAgg+" in flower.label
+    params = simulator.calibrate(setting, "server")
+    assert flower.calibrate(setting, "server") == params
+    w = fed.model.init_params(np.random.default_rng(0))
+    outs = []
+    for mech in (simulator, flower):
+        # Fresh clients and contexts: the same seeds for both rows (local training draws from each client's rng).
+        clients = [mechanisms.Client(i, fed.x_train[fed.clients[i]], fed.y_train[fed.clients[i]],
+                                     np.random.default_rng(i)) for i in range(6)]
+        ctx = mechanisms.RoundContext(np.random.default_rng(7), np.random.default_rng(8), 0.1)
+        outs.append(mech.round(setting, params, fed.model, w, clients, ctx))
+    assert outs[0].update.keys() == outs[1].update.keys()
+    for name in outs[0].update:
+        np.testing.assert_array_equal(outs[0].update[name], outs[1].update[name])
+    assert outs[0].messages == outs[1].messages
+    with pytest.raises(ValueError, match="transport"):
+        mechanisms.SecAggNoise(kind, sketch=False, transport="grpc")
 
 
 def test_calibrate_plans_dedupes_identical_parameters() -> None:

@@ -16,7 +16,8 @@ from .runner import FEDERATION_DEFAULTS, QUICK_ROUNDS, CompareConfig, CompareRes
 __all__ = ["DEMO_MECHANISMS", "DESCRIPTION", "add_arguments", "main", "missing_requirements", "run_from_args"]
 
 #: What the comparison needs beyond NumPy (``pip install "dprec[demo]"``): import name -> pip name.
-REQUIREMENTS = {"scipy": "scipy", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "tqdm": "tqdm"}
+REQUIREMENTS = {"scipy": "scipy", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "tqdm": "tqdm",
+                "flwr": "dprec[flower]"}
 #: ``dprec demo``'s mechanisms: DP-REC against what it compresses, against the trusted-server baseline,
 #: and against secure aggregation (the other way not to trust the server).
 DEMO_MECHANISMS = ("fedavg", "dp-fedavg", "dp-rec", "local-gaussian", "skellam-sketch")
@@ -40,9 +41,12 @@ it protects against and who must be trusted. A preset of `dprec compare` (see `d
 --quick runs 100 rounds twice (under a minute on 2 cores), the default 300 rounds three times."""
 
 
-def missing_requirements(plot: bool, federations: Sequence[str]) -> list[str]:
-    """pip names of the optional packages this run needs but cannot import."""
+def missing_requirements(plot: bool, federations: Sequence[str], mechanisms: Sequence[str] = ()) -> list[str]:
+    """pip names of the optional packages this run needs but cannot import (``flwr`` for a ``-flower`` row asked
+    for by name; without names, those rows are left out when ``flwr`` is missing)."""
     need = ["scipy"]
+    if any(str(m).endswith("-flower") for m in mechanisms):
+        need.append("flwr")
     if "digits" in federations:
         need.append("sklearn")
     if plot:
@@ -192,7 +196,7 @@ def run_from_args(args: argparse.Namespace, out: Optional[TextIO] = None,
                 parser.error(str(exc))
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
-        missing = missing_requirements(args.plot is not None, cfg.federations)
+        missing = missing_requirements(args.plot is not None, cfg.federations, cfg.mechanisms)
         if missing:
             print(f"{prog} needs {', '.join(missing)} (not installed): pip install \"dprec[demo]\"", file=sys.stderr)
             return 2

@@ -43,6 +43,9 @@ FLOAT32_BYTES = 4
 DEFAULT_DPREC_BITS = 7
 #: SecAgg word size of DDG and Skellam (Chen et al. use 16 to 20 bits).
 DEFAULT_SECAGG_BITS = 18
+#: How the DDG / Skellam rows sum the clients' words: dprec's SecAgg simulator (the modular sum), or Flower's
+#: SecAgg+ protocol run in process (:func:`dprec.flower.secagg_plus_sum`; needs ``flwr``).
+SECAGG_TRANSPORTS = ("simulator", "flower")
 #: Count-sketch compression of the sketched DDG / Skellam rows: one row, ``dim / 4`` columns.
 SKETCH_COMPRESSION = 4
 #: Joint noise composes S x T steps: the improved RDP conversion (dp_accounting's PLD grid at tiny noise
@@ -407,17 +410,26 @@ class SecAggNoise(Mechanism):
     others send their rounded vector without noise; when ``k < B``, ``B - k`` idle clients chosen at
     random send a share on a zero update. The total noise is then always ``B`` shares, whoever is
     drawn, so under the zero-out relation the round is the Poisson-sampled mechanism the accountant
-    composes. The server sees only the modular sum (the secure-aggregation simulator)."""
+    composes. The server sees only the modular sum (the secure-aggregation simulator).
+
+    ``transport="flower"`` (the ``ddg-flower`` and ``skellam-flower`` rows): the sum is computed by Flower's
+    SecAgg+ protocol run in process over the same words (:func:`dprec.flower.secagg_plus_sum`), checked equal to
+    the simulator's on every round; same calibration, same accounting, so these rows are the simulator's rows
+    for the same seeds, with SecAgg+'s cost in their time. Needs ``flwr``."""
 
     trust = ("the secure-aggregation protocol (no collusion that unmasks messages), and whoever assigns the B noise "
              "shares (clients told they are beyond B add none)")
 
-    def __init__(self, kind: str, sketch: bool, bits: int = DEFAULT_SECAGG_BITS) -> None:
-        self.kind, self.sketch, self.bits = kind, sketch, bits
+    def __init__(self, kind: str, sketch: bool, bits: int = DEFAULT_SECAGG_BITS, transport: str = "simulator") -> None:
+        if transport not in SECAGG_TRANSPORTS:
+            raise ValueError(f"transport must be one of {SECAGG_TRANSPORTS}, got {transport!r}")
+        self.kind, self.sketch, self.bits, self.transport = kind, sketch, bits, transport
         self._calibrated: dict[tuple[Setting, str], dict[str, float]] = {}
         name = "DDG" if kind == "ddg" else "Skellam"
-        self.key = f"{kind}{'-sketch' if sketch else ''}"
-        self.label = f"{name} + SecAgg{' + count-sketch' if sketch else ''} ({bits}-bit)"
+        flower = transport == "flower"
+        self.key = f"{kind}{'-sketch' if sketch else ''}{'-flower' if flower else ''}"
+        self.label = (f"{name} + {'Flower SecAgg+' if flower else 'SecAgg'}{' + count-sketch' if sketch else ''} "
+                      f"({bits}-bit)")
 
     def _sketch_shape(self, setting: Setting) -> Optional[tuple[int, int]]:
         return (1, max(1, math.ceil(setting.dim / SKETCH_COMPRESSION))) if self.sketch else None
@@ -469,6 +481,15 @@ class SecAggNoise(Mechanism):
             words.append(pipe.encode(np.zeros(setting.dim), rng=ctx.private_rng))
         nb = pipe.bits_per_client // 8
         total = pipe.aggregate(np.stack(words))
+        if self.transport == "flower" and len(words) >= 2:
+            # Flower's own SecAgg+ (key agreement, Shamir shares, masks, unmasking) computes the sum, in process; it
+            # must equal the simulator's to the bit, so the row is the simulator's row for the same seeds.
+            from ..flower import secagg_plus_sum  # noqa: PLC0415
+
+            secure = secagg_plus_sum(words, self.bits)
+            if not np.array_equal(secure, total):
+                raise RuntimeError("Flower's SecAgg+ sum differs from the modular sum of the clients' words")
+            total = secure
         # Divided by B, not the drawn k, and applied even when nobody was drawn (noise alone): the released model
         # is then a function of the sum alone, so the central observer's amplification (the sample hidden) holds.
         mean = np.asarray(pipe.decode(total, num_clients=b))
@@ -639,6 +660,8 @@ def mechanism_registry() -> dict[str, Mechanism]:
         SecAggNoise("ddg", sketch=True),
         SecAggNoise("skellam", sketch=False),
         SecAggNoise("skellam", sketch=True),
+        SecAggNoise("ddg", sketch=False, transport="flower"),
+        SecAggNoise("skellam", sketch=False, transport="flower"),
         QMGeo(),
         JointNoise(),
     ]

@@ -10,6 +10,8 @@ OS entropy source.
 
 from __future__ import annotations
 
+import importlib.util
+
 import math
 import multiprocessing
 import os
@@ -126,7 +128,13 @@ class CompareConfig:
         return FEDERATION_DEFAULTS[federation][name]
 
     def mechanism_keys(self) -> tuple[str, ...]:
-        return self.mechanisms or tuple(mechanism_registry())
+        """The mechanisms to run: those asked for, or all (the Flower SecAgg+ rows only where ``flwr`` imports)."""
+        if self.mechanisms:
+            return self.mechanisms
+        keys = tuple(mechanism_registry())
+        if importlib.util.find_spec("flwr") is None:
+            keys = tuple(k for k in keys if not k.endswith("-flower"))
+        return keys
 
 
 def _positive(value: Any, name: str) -> float:

@@ -88,6 +88,7 @@ from ._common import (
 )
 from ._legacy import DPRECLegacyStrategy
 from ._mod import dprec_mod, make_dprec_mod
+from ._inprocess import secagg_plus_sum
 from ._secagg import MAX_SECAGG_BITS, secagg_ranges
 from ._secagg_mod import DDP_STATE_KEY, distributed_dp_mod, make_distributed_dp_mod
 from ._secagg_strategy import DistributedDPRound, DistributedDPStrategy, DistributedDPWorkflow
@@ -114,6 +115,7 @@ __all__ = [
     "MAX_SECAGG_BITS",
     "distributed_dp_mod",
     "make_distributed_dp_mod",
+    "secagg_plus_sum",
     "secagg_ranges",
     "DPRECLegacyStrategy",
     "DPRECRound",

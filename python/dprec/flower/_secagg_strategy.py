@@ -56,7 +56,8 @@ class DistributedDPRound:
     ``status``: ``"aggregated"`` (the mean applied), ``"failed"`` (SecAgg+ revealed a sum that did not decode:
     nothing applied, the round accounted), ``"halted"`` (SecAgg+ stopped before unmasking, e.g. more dropouts than
     its threshold tolerates: nothing applied, nothing revealed, not accounted), ``"empty"`` (no masked vector).
-    ``num_aggregated`` is the number of masked vectors in the sum, hence of noise shares; ``epsilon`` the total so far.
+    ``num_aggregated`` is the number of masked vectors in the sum, hence of noise shares; ``seed`` the round's public
+    seed (rotation signs, sketch hashes); ``epsilon`` the total so far.
     ``modular_sum`` and ``mean`` (the decoded mean update, float64) are kept with ``keep_sums=True``.
     """
 
@@ -69,6 +70,7 @@ class DistributedDPRound:
     granularity: float
     bits: int
     padded_dim: int
+    seed: int
     epsilon: float
     unclipped_fraction: float | None = None
     next_clip_norm: float | None = None
@@ -432,7 +434,7 @@ class DistributedDPStrategy(Strategy):
         stats = DistributedDPRound(
             server_round=server_round, status=status, num_sampled=len(plan.nodes), num_aggregated=shares,
             clip_norm=pipe.clip, noise_stddev=pipe.noise_stddev, granularity=pipe.granularity, bits=pipe.bits,
-            padded_dim=pipe.padded_dim, epsilon=self.epsilon, **extra,
+            padded_dim=pipe.padded_dim, seed=pipe.seed, epsilon=self.epsilon, **extra,
         )
         self.history.append(stats)
         return stats

@@ -559,6 +559,28 @@ class DistributedPipeline:
         rows = 1 if self._sketch is None else self._sketch.rows
         return self._gamma**2 * self._dim * rows / self.padded_dim * rounding_variance / (n * n)
 
+    def noiseless_mean(self, updates: Any) -> np.ndarray:
+        """What :meth:`decode` estimates for these clients' updates: the mean of :meth:`clip_and_sketch`, unsketched
+        (float64, ``dim`` values); the decode of a sum without rounding, noise or wrap-around."""
+        vectors = [self.clip_and_sketch(x) for x in updates]
+        if not vectors:
+            raise ValueError("updates must hold at least one client's update")
+        mean = np.mean(vectors, axis=0)
+        if self._sketch is not None:
+            mean = np.asarray(self._sketch.decode(mean.reshape(self._sketch.shape)), dtype=np.float64)
+        return mean
+
+    def expected_mse(self, updates: Any) -> float:
+        """Closed form of ``E ||decode(sum of encode(x_i)) - noiseless_mean(x)||^2`` for these clients' updates
+        (all adding a noise share, no wrap-around): :meth:`noise_mse` plus :meth:`rounding_mse` of their scaled,
+        rotated vectors' rounding variance ``sum f (1 - f)`` (``f`` the fractional parts)."""
+        prepared = [self.prepare(x) for x in updates]
+        if not prepared:
+            raise ValueError("updates must hold at least one client's update")
+        frac = np.concatenate(prepared) - np.floor(np.concatenate(prepared))
+        n = len(prepared)
+        return self.noise_mse(n) + self.rounding_mse(float(np.sum(frac * (1.0 - frac))), n)
+
     @property
     def seed(self) -> int:
         """The round's shared seed (rotation signs, sketch hashes)."""
