@@ -155,10 +155,9 @@ def run_config(mechanism: str, bits: int, args: argparse.Namespace) -> dict:
     outer, inner, app_s = per_stage("outer", "seconds"), per_stage("inner", "seconds"), per_stage("app", "seconds")
     secagg_client = sum(outer.values()) - sum(inner.values())
     ddp_client = sum(inner.values()) - sum(app_s.values())
-    from flwr.common import FitRes, Status, Code
-    from flwr.common.serde import recorddict_to_proto
-
     import flwr.compat.common.recorddict_compat as compat
+    from flwr.common import Code, FitRes, Status
+    from flwr.common.serde import recorddict_to_proto
 
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([np.zeros(dim, np.float32)]), 10, {})
     float32_bytes = recorddict_to_proto(compat.fitres_to_recorddict(fitres, keep_input=True)).ByteSize()

@@ -20,7 +20,7 @@ import flwr.compat.common.recorddict_compat as compat  # noqa: E402
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict  # noqa: E402
 from flwr.client import ClientApp, NumPyClient  # noqa: E402
 from flwr.client.mod import secaggplus_mod  # noqa: E402
-from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays  # noqa: E402
+from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays  # noqa: E402
 from flwr.common.secure_aggregation.ndarrays_arithmetic import (  # noqa: E402
     factor_combine,
     factor_extract,
@@ -149,34 +149,30 @@ def test_secagg_round_event_is_the_mixture_of_the_summed_curves():
         SecAggRoundEvent([])
 
 
-def _discrete_gaussian_pmf(sigma: float, support: np.ndarray) -> np.ndarray:
-    w = np.exp(-support.astype(np.float64) ** 2 / (2 * sigma * sigma))
-    return w / w.sum()
-
-
 @pytest.mark.parametrize("participation", [1.0, 0.2])
-def test_secagg_round_event_bounds_the_exact_divergence_of_the_count(participation):
+@pytest.mark.parametrize("sigma, lattice, n", [(0.5, 1, 2), (0.5, 2, 3), (0.6, 1, 10), (1.0, 1, 3), (1.0, 2, 10),
+                                               (3.0, 4, 3)])
+def test_secagg_round_event_bounds_the_exact_divergence_of_the_count(participation, sigma, lattice, n):
     """The clipping count of n clients (each bit on a lattice M plus its discrete Gaussian share): the exact Renyi
-    divergence of the server's view (participation seen, the sum of the shares convolved exactly) between a target
-    bit of 0 and of 1, at adversarial small noise, must lie below the event's curve."""
-    n, m, sigma = 3, 4, 3.0  # per-client integer noise 3 on a lattice of 4: far from the continuous regime
-    support = np.arange(-60, 61)
-    share = _discrete_gaussian_pmf(sigma, support)
-    total = share
-    for _ in range(n - 1):
-        total = np.convolve(total, share)
-    # The count shifted by M when the target's bit flips; the truncated tails (mass below 1e-200) left out.
-    p, q = np.concatenate([total, np.zeros(m)]), np.concatenate([np.zeros(m), total])
-    keep = (p > 1e-200) & (q > 1e-200)
+    divergence of the server's view (participation seen, the n shares convolved exactly, in the log domain)
+    between a target bit of 0 and of 1 lies below the event's curve, at orders from 1.05, down to the smallest
+    per-client noise a bound is claimed for (0.5), where the discrete Gaussian's tau term dominates."""
     from scipy.special import logsumexp
-    event = SecAggRoundEvent([DDGEvent(l2_sensitivity=float(m), noise_stddev=sigma, num_clients=n, dim=1,
+
+    from ..accounting.test_discrete import _renyi_shift, _sum_of_discrete_gaussians_logpmf
+
+    log_pmf = _sum_of_discrete_gaussians_logpmf(sigma, n, 120)
+    event = SecAggRoundEvent([DDGEvent(l2_sensitivity=float(lattice), noise_stddev=sigma, num_clients=n, dim=1,
                                        granularity=1.0)], participation_rate=participation)
-    for a in (2.0, 3.0, 8.0, 20.0):
-        for x, y in ((p, q), (q, p)):
-            log_moment = float(logsumexp(a * np.log(x[keep]) + (1 - a) * np.log(y[keep])))
-            log_stay = math.log1p(-participation) if participation < 1 else -math.inf
-            exact = float(np.logaddexp(log_stay, math.log(participation) + log_moment)) / (a - 1)
-            assert exact <= float(event.rdp(np.array([a]))[0]) * (1 + 1e-9)
+    orders = np.array([1.05, 1.5, 2.0, 3.0, 8.0, 20.0])
+    bound = event.rdp(orders)
+    for a, b in zip(orders, bound):
+        # D_a of the participation mixture: log(1 - q + q exp((a - 1) D_a(shifted))) / (a - 1), both directions
+        # alike (the sum is symmetric).
+        inner = (a - 1.0) * _renyi_shift(log_pmf, lattice, a)
+        log_stay = math.log1p(-participation) if participation < 1 else -math.inf
+        exact = float(logsumexp([log_stay, math.log(participation) + inner])) / (a - 1.0)
+        assert exact <= b * (1 + 1e-9), (a, exact, b)
 
 
 # --------------------------------------------------------------------------- the client mod, in process
@@ -201,8 +197,6 @@ def fit_app(update: np.ndarray):
     def call_next(msg: Message, ctx: Context) -> Message:
         ins = compat.recorddict_to_fitins(msg.content, keep_input=True)
         w = parameters_to_ndarrays(ins.parameters)
-        from flwr.common import Code, FitRes, Status
-
         res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([w[0] + update.astype(w[0].dtype), w[1]]), 7,
                      {"loss": 0.5})
         return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
@@ -293,12 +287,32 @@ def test_mod_refuses_before_training(case, match):
     assert not trained  # refused before the client trained
 
 
-def test_mod_failure_after_training_reveals_nothing():
-    cfg = pipeline_config(a_pipeline())
+@pytest.mark.parametrize("failure", ["nan", "raises", "error-reply", "wrong-shape"])
+def test_mod_failure_after_training_sends_a_zero_update(failure):
+    """A failure once training has started (which can depend on the client's data) must not show: the client
+    sends the words of a zero update with its noise share, exactly as for a zero update, and records it locally."""
+    pipe = a_pipeline()
+    cfg = pipeline_config(pipe)
     arrays = [np.zeros(DIM, np.float32), np.array([5], np.int64)]
-    reason = _reason(distributed_dp_mod(fitins_message(cfg, arrays), secagg_context(16),
-                                        fit_app(np.full(DIM, np.nan))))
-    assert reason == "distributed_dp_mod: the client could not encode its update"
+
+    def app(msg, ctx):
+        if failure == "nan":
+            return fit_app(np.full(DIM, np.nan))(msg, ctx)
+        if failure == "raises":
+            raise RuntimeError("the client's data say ...")
+        if failure == "error-reply":
+            from flwr.app import Error
+
+            return Message(Error(code=0, reason="failed"), reply_to=msg)
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([np.zeros(3, np.float32)]), 1, {})  # wrong shape
+        return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
+
+    ctx = secagg_context(16)
+    reply = make_distributed_dp_mod(rng=np.random.default_rng(3))(fitins_message(cfg, arrays), ctx, app)
+    assert not reply.has_error()
+    (sent,) = parameters_to_ndarrays(compat.recorddict_to_fitres(reply.content, keep_input=True).parameters)
+    np.testing.assert_array_equal(sent, words_to_secagg(pipe.encode(np.zeros(DIM), rng=np.random.default_rng(3)), 16))
+    assert ctx.state.metric_records["dprec-ddp"]["failed-rounds"] == 1
 
 
 def test_mod_passes_other_messages_and_checks_its_use():
@@ -565,3 +579,49 @@ def test_simulation_mean_squared_error_matches_the_closed_form(tmp_path):
         assert pipe.noise_mse(NODES) < pipe.expected_mse(updates)
     ratio = measured / expected
     assert abs(ratio - 1.0) < 5 * math.sqrt(2.0 / (rounds * dim)), ratio
+
+
+# --------------------------------------------------------------------------- configure_fit, in process
+
+
+def configure(strategy, connected: int, *, threshold=2, dim=DIM):
+    """One configure_fit of ``strategy`` with ``connected`` clients registered, under its own workflow."""
+    from flwr.server.client_manager import SimpleClientManager
+
+    from dprec.flower._inprocess import _Proxy
+
+    manager = SimpleClientManager()
+    for node in range(1, connected + 1):
+        manager.register(_Proxy(node))
+    strategy._workflow = strategy.secagg_workflow(1.0, threshold)  # every client shares with all
+    try:
+        return strategy.configure_fit(1, ndarrays_to_parameters([np.zeros(dim, np.float32)]), manager)
+    finally:
+        strategy._workflow = None
+
+
+def test_configure_fit_accounts_the_rate_among_the_connected_clients():
+    strategy = DistributedDPStrategy(FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2),
+                                     clip_norm=1.0, delta=DELTA, noise_multiplier=1.0, num_clients=10)
+    out = configure(strategy, 5)
+    assert len(out) == 5 and strategy._rounds[1].num_clients == 5  # sampled at 5/5, not 5/10
+    config = out[0][1].config
+    assert pipeline_from_config(config).num_clients == 5 and config["dprec.ddp.bits"] == 20
+
+
+@pytest.mark.parametrize(
+    "kwargs, connected, threshold, match",
+    [
+        ({"bits": 3}, 5, 2, "too few for num_clients"),  # rounding alone would wrap
+        ({"bits": 6, "noise_multiplier": 1e-4}, 5, 2, "integer noise"),  # below the floor of the DDG bound
+        ({"bits": 10, "adaptive_clipping": AdaptiveClipping(quantile_noise=100.0)}, 5, 2, "clipping count"),
+        ({}, 5, 6, "reconstruction_threshold=6"),
+        ({}, 1, 2, "at least 2 clients"),
+    ],
+)
+def test_configure_fit_refuses_before_sending(kwargs, connected, threshold, match):
+    fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=1, min_available_clients=1)
+    strategy = DistributedDPStrategy(fedavg, **{"clip_norm": 1.0, "delta": DELTA, "noise_multiplier": 1.0, **kwargs})
+    with pytest.raises(ValueError, match=match):
+        configure(strategy, connected, threshold=threshold)
+    assert not strategy._rounds

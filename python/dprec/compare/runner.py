@@ -11,7 +11,6 @@ OS entropy source.
 from __future__ import annotations
 
 import importlib.util
-
 import math
 import multiprocessing
 import os

@@ -86,9 +86,9 @@ from ._common import (
     codec_from_config,
     wire_nbytes,
 )
+from ._inprocess import secagg_plus_sum
 from ._legacy import DPRECLegacyStrategy
 from ._mod import dprec_mod, make_dprec_mod
-from ._inprocess import secagg_plus_sum
 from ._secagg import MAX_SECAGG_BITS, secagg_ranges
 from ._secagg_mod import DDP_STATE_KEY, distributed_dp_mod, make_distributed_dp_mod
 from ._secagg_strategy import DistributedDPRound, DistributedDPStrategy, DistributedDPWorkflow

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
-from flwr.common import serde as _serde
 from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters
+from flwr.common import serde as _serde
 from flwr.server import LegacyContext, ServerConfig
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg

@@ -64,10 +64,12 @@ def distributed_dp_mod(msg: Message, context: Context, call_next: Callable[[Mess
 
     ``secaggplus_mod`` masks what this mod returns; the server sees only the sum. The fit metrics are left out of
     the reply (a client's loss or accuracy would reach the server in the clear, outside the guarantee):
-    :func:`make_distributed_dp_mod` ``(keep_metrics=True)`` keeps them. The update's norm and whether it was
-    clipped stay in ``context.state["dprec-ddp"]``. Non-train messages pass through. The mod never raises: a
-    failure before training is an error reply naming the problem; after training, only that the client could
-    not encode its update (an exception's text could describe the client's data).
+    :func:`make_distributed_dp_mod` ``(keep_metrics=True)`` keeps them. The update's norm, whether it was
+    clipped and the rounds whose training failed stay in ``context.state["dprec-ddp"]``. Non-train messages
+    pass through. The mod never raises. A problem with the server's configuration, found before training, is an
+    error reply naming it. Once training has started, a failure must not show (whether training fails, an
+    exception or a non-finite update, can depend on the client's data): the client sends a zero update (bit 1)
+    with its noise share, which the server cannot tell apart, and logs only the failure's type locally.
     """
     return _distributed_dp_mod(msg, context, call_next, _DEFAULT)
 
@@ -166,28 +168,36 @@ def _distributed_dp_mod(
     if problem is not None:
         return _error_reply(msg, problem)
 
-    reply = call_next(msg, context)
-    if reply.has_error():
-        return reply
+    # From here on a failure must not show: whether a client's training fails (an exception, NaN weights) can
+    # depend on its data, and a missing vector tells the server so. Any failure sends a zero update (bit 1)
+    # with the client's noise share, which the zero-out relation already covers; the client's log and
+    # context.state record it.
+    failure, metrics = None, {}
+    update = np.zeros(dim)
     try:
+        reply = call_next(msg, context)
+        if reply.has_error():
+            raise RuntimeError("error reply")
         fitres = _compat.recorddict_to_fitres(reply.content, keep_input=True)
-    except Exception:  # noqa: BLE001 - the app's reply is not a FitRes
-        return _error_reply(msg, "the app's reply is not a FitRes (use a NumPyClient or a legacy Client)")
-    if fitres.status.code != Code.OK:
-        return _error_reply(msg, f"the app's FitRes has status {fitres.status.code.name}")
-    try:
+        if fitres.status.code != Code.OK:
+            raise RuntimeError(f"FitRes status {fitres.status.code.name}")
         trained = parameters_to_ndarrays(fitres.parameters)
         if len(trained) != len(global_arrays) or any(
             trained[i].shape != global_arrays[i].shape or trained[i].dtype.kind != "f" for i in floats
         ):
-            return _error_reply(msg, "the FitRes parameters do not have the global parameters' shapes and dtypes")
-        update = np.concatenate(
+            raise ValueError("FitRes parameters of other shapes or dtypes than the global ones")
+        trained_update = np.concatenate(
             [np.asarray(trained[i], np.float64).reshape(-1) - np.asarray(global_arrays[i], np.float64).reshape(-1)
              for i in floats]
         )
-        norm = float(np.linalg.norm(update))
-        if not math.isfinite(norm):
+        if not math.isfinite(float(np.linalg.norm(trained_update))):
             raise FloatingPointError("non-finite update")
+        update, metrics = trained_update, dict(fitres.metrics)
+    except Exception as exc:  # noqa: BLE001 - its text may describe the client's data: only its type is logged
+        failure = type(exc).__name__ if not isinstance(exc, RuntimeError) else str(exc)[:40]
+        log(ERROR, "distributed_dp_mod: training failed (%s): sending a zero update with the noise share", failure)
+    norm = float(np.linalg.norm(update))
+    try:
         words = [words_to_secagg(pipe.encode(update, rng=options.rng), pipe.bits)]
         if count is not None:
             from ..secagg.noise import sample_discrete_gaussian  # noqa: PLC0415
@@ -195,23 +205,25 @@ def _distributed_dp_mod(
             lattice, noise = count
             value = int(norm <= pipe.clip) * lattice + int(sample_discrete_gaussian(1, noise, rng=options.rng)[0])
             words.append(words_to_secagg(np.array([value % (1 << pipe.bits)]), pipe.bits))
-    except Exception as exc:  # noqa: BLE001 - its text may describe the client's data
+    except Exception as exc:  # noqa: BLE001 - e.g. out of memory; nothing the client's data decides
         log(ERROR, "distributed_dp_mod: encoding failed (%s)", type(exc).__name__)
         return _error_reply(msg, "the client could not encode its update", ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
 
     state = context.state.metric_records.get(DDP_STATE_KEY)
     rounds = int(state["rounds"]) + 1 if state is not None and "rounds" in state else 1
+    failed = (int(state["failed-rounds"]) if state is not None and "failed-rounds" in state else 0) + int(
+        failure is not None)
     context.state.metric_records[DDP_STATE_KEY] = MetricRecord(
-        {"norm": norm, "clipped": int(norm > pipe.clip), "clip-norm": pipe.clip, "rounds": rounds}
+        {"norm": norm, "clipped": int(norm > pipe.clip), "clip-norm": pipe.clip, "rounds": rounds,
+         "failed-rounds": failed}
     )
     res = FitRes(
         status=Status(code=Code.OK, message="dprec distributed DP"),
         parameters=ndarrays_to_parameters(words),
         num_examples=1,
-        metrics=dict(fitres.metrics) if options.keep_metrics else {},
+        metrics=metrics if options.keep_metrics else {},
     )
     return Message(_compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
-
 
 
 def _error_reply(msg: Message, reason: str, code: int = ErrorCode.MOD_FAILED_PRECONDITION) -> Message:

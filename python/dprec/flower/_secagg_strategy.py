@@ -86,7 +86,7 @@ class _Plan:
     nodes: list[int]
     arrays: list[np.ndarray]
     floats: list[int]
-    num_clients: int  # N at this round
+    num_clients: int  # the population this round's sample was drawn from: min(N, connected)
     lattice: int  # the clipping count's M (0: no adaptive clipping)
 
 
@@ -218,6 +218,9 @@ class DistributedDPStrategy(Strategy):
         if not isinstance(keep_sums, bool):
             raise TypeError(f"keep_sums must be a bool, got {type(keep_sums).__name__}")
         self.keep_sums = keep_sums
+        if float(getattr(strategy, "fraction_evaluate", 0.0) or 0.0) > 0.0:
+            log(WARNING, "DistributedDPStrategy: the wrapped strategy evaluates on clients (fraction_evaluate > 0): "
+                "their losses, metrics and example counts reach the server in the clear, outside the guarantee")
         self._client_noise_multiplier: float | None = None  # each client's sigma / clip, fixed at the first round
         self._accountant: Any = None
         self._rounds: dict[int, _Plan] = {}
@@ -297,11 +300,20 @@ class DistributedDPStrategy(Strategy):
     # -- the round's pipeline -----------------------------------------------------------------
 
     def _pipeline(self, dim: int, clients: int, clip: float, sigma: float, seed: int) -> Any:
+        from ..accounting.discrete import MIN_SUMMED_NOISE  # noqa: PLC0415
+
         try:
-            return self._pipeline_cls(dim, clip=clip, bits=self.bits, num_clients=clients, seed=seed,
+            pipe = self._pipeline_cls(dim, clip=clip, bits=self.bits, num_clients=clients, seed=seed,
                                       noise_stddev=sigma, **self._pipeline_kwargs)
         except ValueError as exc:
             raise ValueError(f"DistributedDPStrategy: {exc}") from None
+        if self.mechanism == "ddg" and pipe.integer_noise_stddev < MIN_SUMMED_NOISE:
+            raise ValueError(
+                f"DistributedDPStrategy: each client's integer noise {pipe.integer_noise_stddev:.3g} (noise / gamma at "
+                f"bits={self.bits}) is below {MIN_SUMMED_NOISE}, where no bound on a sum of discrete Gaussians is "
+                "claimed: raise the noise or bits"
+            )
+        return pipe
 
     def _quantile_noise(self) -> float:
         """``s``: each client's noise on its clipping bit, in bit units."""
@@ -322,11 +334,14 @@ class DistributedDPStrategy(Strategy):
     def _lattice(self, clients: int, pipe: Any) -> int:
         if self.adaptive_clipping is None:
             return 0
+        from ..accounting.discrete import MIN_SUMMED_NOISE  # noqa: PLC0415
+
         m = count_lattice(clients, self._quantile_noise(), self.bits, pipe.stddevs_of_headroom)
-        if m < 1:
+        if m < 1 or self._quantile_noise() * m < MIN_SUMMED_NOISE:
             raise ValueError(
                 f"DistributedDPStrategy: bits={self.bits} is too few for the clipping count of {clients} clients "
-                f"(adaptive clipping): raise bits"
+                f"(adaptive clipping; its lattice must fit the words with each client's noise at least "
+                f"{MIN_SUMMED_NOISE} on it): raise bits or quantile_noise"
             )
         return m
 
@@ -398,10 +413,17 @@ class DistributedDPStrategy(Strategy):
         if b > max_secagg_clients(self.bits):
             raise ValueError(f"round {server_round}: {b} clients exceed the {max_secagg_clients(self.bits)} whose "
                              f"{self.bits}-bit sum SecAgg+ carries exactly")
+        available = client_manager.num_available()
         if self.num_clients is None:
-            self.num_clients = max(b, client_manager.num_available())
+            self.num_clients = max(b, available)
         if b > self.num_clients:
             raise ValueError(f"round {server_round}: {b} clients chosen of num_clients={self.num_clients}")
+        # The wrapped strategy samples among the clients connected now: with fewer than N, each is sampled at a
+        # rate above B / N, and the round is accounted at B / min(N, connected).
+        population = min(self.num_clients, max(available, b))
+        if population < self.num_clients:
+            log(WARNING, "distributed DP round %d: %d clients connected of num_clients=%d; accounted at the rate "
+                "%d/%d", server_round, available, self.num_clients, b, population)
         if self.expected_clients_per_round is None:
             self.expected_clients_per_round = b
         arrays = parameters_to_ndarrays(parameters)
@@ -419,7 +441,7 @@ class DistributedDPStrategy(Strategy):
         lattice = self._lattice(b, pipe)
         count_noise = self._quantile_noise() * lattice if lattice else 0.0
         entries = pipeline_config(pipe, count_lattice=lattice, count_noise=count_noise)
-        self._rounds[server_round] = _Plan(pipe, nodes, arrays, floats, self.num_clients, lattice)
+        self._rounds[server_round] = _Plan(pipe, nodes, arrays, floats, population, lattice)
         out = []
         for proxy, ins in instructions:
             config = {k: v for k, v in ins.config.items() if not str(k).startswith(_DPREC_PREFIX)}
