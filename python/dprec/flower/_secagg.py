@@ -162,10 +162,11 @@ def pipeline_from_config(config: Mapping[str, Any], *, max_dim: int | None = Non
         raise ValueError(f"config[{CONFIG_DDP_MECHANISM!r}] must be one of {MECHANISMS}, got {str(mechanism)[:40]!r}")
     bits = config[CONFIG_DDP_BITS]
     secagg_ranges(bits)  # the bits SecAgg+ can carry
-    sketch = None
+    sketch: Any = None
     if CONFIG_DDP_SKETCH_ROWS in config or CONFIG_DDP_SKETCH_COLS in config:
-        sketch = (config.get(CONFIG_DDP_SKETCH_ROWS), config.get(CONFIG_DDP_SKETCH_COLS))
-        if max_dim is not None and all(isinstance(v, int) for v in sketch) and sketch[0] * sketch[1] > max_dim:
+        rows, cols = config.get(CONFIG_DDP_SKETCH_ROWS), config.get(CONFIG_DDP_SKETCH_COLS)
+        sketch = (rows, cols)
+        if max_dim is not None and isinstance(rows, int) and isinstance(cols, int) and rows * cols > max_dim:
             raise ValueError(f"the sketch {sketch} has more cells than the {max_dim} the client accepts")
     cls = DDGPipeline if mechanism == "ddg" else SkellamPipeline
     pipe = cls(

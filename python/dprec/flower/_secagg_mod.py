@@ -209,7 +209,7 @@ def _distributed_dp_mod(
         log(ERROR, "distributed_dp_mod: encoding failed (%s)", type(exc).__name__)
         return _error_reply(msg, "the client could not encode its update", ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
 
-    state = context.state.metric_records.get(DDP_STATE_KEY)
+    state: Any = context.state.metric_records.get(DDP_STATE_KEY)
     rounds = int(state["rounds"]) + 1 if state is not None and "rounds" in state else 1
     failed = (int(state["failed-rounds"]) if state is not None and "failed-rounds" in state else 0) + int(
         failure is not None)

@@ -205,7 +205,7 @@ class DistributedDPStrategy(Strategy):
         from ..secagg.pipeline import DDGPipeline, SkellamPipeline  # noqa: PLC0415 - SciPy on first use only
 
         self._pipeline_cls = DDGPipeline if mechanism == "ddg" else SkellamPipeline
-        self._pipeline_kwargs = {"beta": beta, "sketch": sketch, "wrap_probability": wrap_probability}
+        self._pipeline_kwargs: dict[str, Any] = {"beta": beta, "sketch": sketch, "wrap_probability": wrap_probability}
         self._pipeline_cls(8, clip=1.0, bits=max(self.bits, 16), num_clients=2, seed=0, noise_stddev=1.0,
                            **{**self._pipeline_kwargs, "sketch": None if sketch is None else (1, 2)})
         if adaptive_clipping is True:
@@ -350,13 +350,14 @@ class DistributedDPStrategy(Strategy):
         from ..accounting import Accountant  # noqa: PLC0415
 
         assert self._target_epsilon is not None and self.num_rounds is not None
+        rounds = self.num_rounds
         q = min(1.0, clients / population)
 
         def eps(z: float) -> float:
             self._client_noise_multiplier = z
             pipe = self._pipeline(dim, clients, 1.0, z, 0)
             event = self._event(pipe, clients, q, self._lattice(clients, pipe))
-            return float(Accountant(threat_model="server").compose(event, self.num_rounds).get_epsilon(self.delta))
+            return float(Accountant(threat_model="server").compose(event, rounds).get_epsilon(self.delta))
 
         lo, hi = 1e-3, 1.0
         while eps(hi) > self._target_epsilon:
@@ -550,7 +551,7 @@ class DistributedDPStrategy(Strategy):
         return (None if parameters is None else _with_dtypes(parameters, updated)), user
 
     def _strategy_aggregate_fit(self, server_round: int, results: Any, failures: Any) -> Any:
-        strategy = self.strategy
+        strategy: Any = self.strategy
         if "fit_metrics_aggregation_fn" not in vars(strategy):
             return strategy.aggregate_fit(server_round, results, failures)
         saved = strategy.fit_metrics_aggregation_fn
