@@ -235,3 +235,33 @@ def test_bench_flower_streaming_script(tmp_path):
     assert dprec["wire_bytes"] > fixed["wire_bytes"]  # the quantile bit
     assert dprec["wire_bytes"] < fedavg["wire_bytes"] == dprec["float32_wire_bytes"]
     assert dprec["decode_in_pulls_s"] > 0 and at_once["decode_in_pulls_s"] == 0
+
+
+def test_bench_flower_secagg_script(tmp_path):
+    """bench/bench_flower_secagg.py at 3 clients x 256 parameters, 2 rounds: a real Flower simulation per row whose
+    error, bytes per SecAgg+ stage and costs land in the tables and the JSON."""
+    if sys.version_info < (3, 11):
+        pytest.skip("dprec.flower needs flwr's Message API (Python >= 3.11)")
+    pytest.importorskip("flwr")
+    pytest.importorskip("ray")
+    pytest.importorskip("scipy")
+    import json
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_flower_secagg.py"
+    if not script.exists():
+        pytest.skip("bench/ is not shipped beside the tests")
+    path = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--clients", "3", "--dim", "256", "--rounds", "2", "--configs", "ddg:16",
+         "--json", str(path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "| ddg:16 | collect_masked_vectors |" in proc.stdout and "x the float32 FitRes" in proc.stdout
+    (row,) = json.loads(path.read_text())
+    assert row["rounds"] == 2 and row["padded_dim"] == 256
+    # The masked words travel as int64 (8 bytes each) whatever the modulus; the float32 FitRes holds 4 per value.
+    assert 8 * 256 <= row["bytes_out"]["collect_masked_vectors"] <= 8 * 256 + 1024
+    assert 4 * 256 <= row["float32_fitres_bytes"] <= 4 * 256 + 1024
+    assert set(row["bytes_out"]) == {"setup", "share_keys", "collect_masked_vectors", "unmask"}
+    assert row["measured_mse"] > 0 and row["expected_mse"] > 0 and row["client_ddp_s"] > 0

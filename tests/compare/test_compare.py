@@ -32,7 +32,7 @@ def synthetic_result() -> CompareResult:
 def test_every_mechanism_trains(digits_result: CompareResult) -> None:
     fed = digits_result.federations[0]
     trained = {p.mechanism for p in fed.plans}
-    assert trained == set(mechanisms.MECHANISMS)
+    assert trained == set(mechanisms.MECHANISMS) - set(mechanisms.OPT_IN_MECHANISMS)  # the Flower rows: by name
     for plan in fed.plans:
         assert [r.run for r in plan.runs] == [0, 1]
         for run in plan.runs:
@@ -51,7 +51,7 @@ def test_synthetic_federation_trains_with_processes(synthetic_result: CompareRes
     fed = synthetic_result.federations[0]
     assert fed.num_clients == 400 and fed.rounds == 2
     # Two tensors x 7 bits: Algorithm 7's overhead 12 rho / 2^b exceeds delta, so the reproduction cannot calibrate.
-    assert {p.mechanism for p in fed.plans} == set(mechanisms.MECHANISMS) - {"dp-rec-paper"}
+    assert {p.mechanism for p in fed.plans} == set(mechanisms.MECHANISMS) - {"dp-rec-paper", *mechanisms.OPT_IN_MECHANISMS}
     assert all(len(p.runs) == 1 for p in fed.plans)
     paper = [r for r in fed.rows if r.mechanism == "dp-rec-paper"]
     assert paper and all(r.plan == -1 and math.isinf(r.epsilon) and "paper" in r.reason for r in paper)
@@ -297,6 +297,16 @@ def test_flower_secagg_rows_equal_the_simulator_rows_for_the_same_seeds(kind) ->
     assert outs[0].messages == outs[1].messages
     with pytest.raises(ValueError, match="transport"):
         mechanisms.SecAggNoise(kind, sketch=False, transport="grpc")
+
+
+def test_flower_rows_run_when_named_and_train() -> None:
+    pytest.importorskip("flwr")
+    res = run_compare(CompareConfig(federations=("digits",), mechanisms=("ddg", "ddg-flower"), runs=1, rounds=2,
+                                    eval_every=1, workers=1, threat_models=("server",)))
+    by = {p.mechanism: p for p in res.federations[0].plans}
+    assert set(by) == {"ddg", "ddg-flower"}
+    assert by["ddg"].params == by["ddg-flower"].params  # one calibration: the same mechanism
+    assert by["ddg-flower"].runs[0].message_bytes == by["ddg"].runs[0].message_bytes
 
 
 def test_calibrate_plans_dedupes_identical_parameters() -> None:

@@ -96,7 +96,7 @@ def flower_secure_sum(words: list[np.ndarray], bits: int, extra_weights: bool = 
     return out[0]
 
 
-@pytest.mark.parametrize("bits", [2, 8, 20, MAX_SECAGG_BITS])
+@pytest.mark.parametrize("bits", [8, 13, 20, MAX_SECAGG_BITS])
 @pytest.mark.parametrize("clients", [2, 7, "max"])
 def test_secagg_carries_words_exactly(bits, clients):
     n = min(max_secagg_clients(bits), 300) if clients == "max" else clients
@@ -113,11 +113,12 @@ def test_secagg_carries_words_exactly(bits, clients):
 def test_secagg_ranges_and_bad_sums():
     assert secagg_ranges(20) == {"clipping_range": (2**20 - 1) / 2, "quantization_range": 2**20 - 1,
                                  "modulus_range": 2**20, "max_weight": 1.0}
-    for bits, exc in ((32, ValueError), (1, ValueError), (20.0, TypeError), (True, TypeError)):
+    for bits, exc in ((32, ValueError), (7, ValueError), (20.0, TypeError), (True, TypeError)):
         with pytest.raises(exc, match="bits"):
             secagg_ranges(bits)
     words = [np.arange(8, dtype=np.uint64)] * 3
     out = flower_secure_sum(words, 10)
+    np.testing.assert_array_equal(modular_sum_from_secagg(out, 10, 3), 3 * np.arange(8))
     with pytest.raises(ValueError, match="not a sum of integers"):
         modular_sum_from_secagg(out + 0.5, 10, 3)
     with pytest.raises(ValueError, match="not finite"):
@@ -584,7 +585,7 @@ def test_simulation_mean_squared_error_matches_the_closed_form(tmp_path):
 # --------------------------------------------------------------------------- configure_fit, in process
 
 
-def configure(strategy, connected: int, *, threshold=2, dim=DIM):
+def configure(strategy, connected: int, *, threshold=2, dim=DIM, server_round=1):
     """One configure_fit of ``strategy`` with ``connected`` clients registered, under its own workflow."""
     from flwr.server.client_manager import SimpleClientManager
 
@@ -595,7 +596,7 @@ def configure(strategy, connected: int, *, threshold=2, dim=DIM):
         manager.register(_Proxy(node))
     strategy._workflow = strategy.secagg_workflow(1.0, threshold)  # every client shares with all
     try:
-        return strategy.configure_fit(1, ndarrays_to_parameters([np.zeros(dim, np.float32)]), manager)
+        return strategy.configure_fit(server_round, ndarrays_to_parameters([np.zeros(dim, np.float32)]), manager)
     finally:
         strategy._workflow = None
 
@@ -612,8 +613,9 @@ def test_configure_fit_accounts_the_rate_among_the_connected_clients():
 @pytest.mark.parametrize(
     "kwargs, connected, threshold, match",
     [
-        ({"bits": 3}, 5, 2, "too few for num_clients"),  # rounding alone would wrap
-        ({"bits": 6, "noise_multiplier": 1e-4}, 5, 2, "integer noise"),  # below the floor of the DDG bound
+        # 60 clients' rounding alone would wrap at 37 standard deviations of head-room in 8 bits
+        ({"bits": 8, "wrap_probability": 1e-300}, 60, 2, "too few for num_clients"),
+        ({"bits": 8, "noise_multiplier": 1e-4}, 5, 2, "integer noise"),  # below the floor of the DDG bound
         ({"bits": 10, "adaptive_clipping": AdaptiveClipping(quantile_noise=100.0)}, 5, 2, "clipping count"),
         ({}, 5, 6, "reconstruction_threshold=6"),
         ({}, 1, 2, "at least 2 clients"),
@@ -625,3 +627,50 @@ def test_configure_fit_refuses_before_sending(kwargs, connected, threshold, matc
     with pytest.raises(ValueError, match=match):
         configure(strategy, connected, threshold=threshold)
     assert not strategy._rounds
+
+
+def test_configure_fit_calibrates_above_the_noise_floor():
+    # At 8 bits a loose target needs little noise: the solver must treat the region below the DDG floor as
+    # epsilon = inf (no bound), not fail, and leave the strategy's noise unset until it succeeds.
+    fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2)
+    strategy = DistributedDPStrategy(fedavg, clip_norm=1.0, delta=DELTA, target_epsilon=500.0, num_rounds=1, bits=8)
+    out = configure(strategy, 5)
+    pipe = pipeline_from_config(out[0][1].config)
+    assert pipe.integer_noise_stddev >= 0.5
+    acc = Accountant(threat_model="server").compose(strategy._event(pipe, 5, 1.0, 0))
+    assert 490.0 < acc.get_epsilon(DELTA) <= 500.0 * (1 + 1e-5)
+
+
+def run_round(strategy, server_round, words, *, corrupt=0.0, failures=()):
+    """aggregate_fit of a configured round, with the float aggregate SecAgg+ computes from ``words``."""
+    from dprec.flower._inprocess import _Proxy
+
+    plan = strategy._rounds[server_round]
+    aggregate = flower_secure_sum(words, plan.pipeline.bits) + corrupt
+    fit = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([aggregate]), 1, {})
+    return strategy.aggregate_fit(server_round, [(_Proxy(node), fit) for node in plan.nodes[:len(words)]],
+                                  list(failures))
+
+
+def test_aggregate_fit_applies_fails_and_discards():
+    fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2, accept_failures=False)
+    strategy = DistributedDPStrategy(fedavg, clip_norm=1.0, delta=DELTA, noise_multiplier=1.0, keep_sums=True)
+    updates = [client_update(p) for p in range(3)]
+    history = []
+    for r, corrupt, failures in ((1, 0.0, ()), (2, 0.5, ()), (3, 0.0, (RuntimeError("a dropout"),))):
+        out = configure(strategy, 3, server_round=r)
+        pipe = pipeline_from_config(out[0][1].config)
+        words = [pipe.encode(u) for u in updates[: 2 if failures else 3]]
+        params, metrics = run_round(strategy, r, words, corrupt=corrupt, failures=failures)
+        h = strategy.history[-1]
+        history.append((h.status, params is None, metrics["dprec-clients"]))
+        assert h.epsilon == metrics["dprec-epsilon"] > 0
+        if r == 1:
+            np.testing.assert_array_equal(h.mean, pipe.decode(modular_sum(np.stack(words), pipe.bits), num_clients=3))
+            np.testing.assert_array_equal(parameters_to_ndarrays(params)[0], h.mean.astype(np.float32))
+    # Round 2's aggregate is not a sum of words: nothing applied, but accounted (the sum was revealed). Round 3:
+    # FedAvg(accept_failures=False) discards the round after a dropout: nothing applied, accounted, recorded so.
+    assert history == [("aggregated", False, 3), ("failed", True, 3), ("discarded", True, 2)]
+    assert strategy.history[0].epsilon < strategy.history[1].epsilon < strategy.history[2].epsilon
+    assert "not a sum of integers" in strategy.history[1].reason
+    assert "returned no parameters" in strategy.history[2].reason

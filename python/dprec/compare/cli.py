@@ -16,8 +16,7 @@ from .runner import FEDERATION_DEFAULTS, QUICK_ROUNDS, CompareConfig, CompareRes
 __all__ = ["DEMO_MECHANISMS", "DESCRIPTION", "add_arguments", "main", "missing_requirements", "run_from_args"]
 
 #: What the comparison needs beyond NumPy (``pip install "dprec[demo]"``): import name -> pip name.
-REQUIREMENTS = {"scipy": "scipy", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "tqdm": "tqdm",
-                "flwr": "dprec[flower]"}
+REQUIREMENTS = {"scipy": "scipy", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "tqdm": "tqdm"}
 #: ``dprec demo``'s mechanisms: DP-REC against what it compresses, against the trusted-server baseline,
 #: and against secure aggregation (the other way not to trust the server).
 DEMO_MECHANISMS = ("fedavg", "dp-fedavg", "dp-rec", "local-gaussian", "skellam-sketch")
@@ -41,12 +40,9 @@ it protects against and who must be trusted. A preset of `dprec compare` (see `d
 --quick runs 100 rounds twice (under a minute on 2 cores), the default 300 rounds three times."""
 
 
-def missing_requirements(plot: bool, federations: Sequence[str], mechanisms: Sequence[str] = ()) -> list[str]:
-    """pip names of the optional packages this run needs but cannot import (``flwr`` for a ``-flower`` row asked
-    for by name; without names, those rows are left out when ``flwr`` is missing)."""
+def missing_requirements(plot: bool, federations: Sequence[str]) -> list[str]:
+    """pip names of the optional packages this run needs but cannot import."""
     need = ["scipy"]
-    if any(str(m).endswith("-flower") for m in mechanisms):
-        need.append("flwr")
     if "digits" in federations:
         need.append("sklearn")
     if plot:
@@ -97,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser, *, demo: bool = False) -> None:
                        help="which federations (default: both): digits (100 clients, Dirichlet(0.5) label split, a "
                        "64-32-10 MLP) and synthetic (10,000 clients, softmax regression)")
         p.add_argument("--mechanism", nargs="+", choices=MECHANISMS, default=None,
-                       help="which mechanisms (default: all)")
+                       help="which mechanisms (default: all but the Flower SecAgg+ rows ddg-flower and skellam-flower, "
+                            "run only when named)")
         p.add_argument("--threat-model", nargs="+", choices=THREAT_MODELS, default=None,
                        help="which observers to calibrate for and report (default: all three)")
         p.add_argument("--clients", type=_count(1), default=None, help="clients N (default: per federation)")
@@ -196,7 +193,7 @@ def run_from_args(args: argparse.Namespace, out: Optional[TextIO] = None,
                 parser.error(str(exc))
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 2
-        missing = missing_requirements(args.plot is not None, cfg.federations, cfg.mechanisms)
+        missing = missing_requirements(args.plot is not None, cfg.federations)
         if missing:
             print(f"{prog} needs {', '.join(missing)} (not installed): pip install \"dprec[demo]\"", file=sys.stderr)
             return 2

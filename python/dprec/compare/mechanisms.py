@@ -412,10 +412,12 @@ class SecAggNoise(Mechanism):
     drawn, so under the zero-out relation the round is the Poisson-sampled mechanism the accountant
     composes. The server sees only the modular sum (the secure-aggregation simulator).
 
-    ``transport="flower"`` (the ``ddg-flower`` and ``skellam-flower`` rows): the sum is computed by Flower's
-    SecAgg+ protocol run in process over the same words (:func:`dprec.flower.secagg_plus_sum`), checked equal to
-    the simulator's on every round; same calibration, same accounting, so these rows are the simulator's rows
-    for the same seeds, with SecAgg+'s cost in their time. Needs ``flwr``."""
+    ``transport="flower"`` (the ``ddg-flower`` and ``skellam-flower`` rows, run only when named): the sum of the
+    same words is computed by Flower's SecAgg+ protocol run in process (:func:`dprec.flower.secagg_plus_sum`),
+    checked equal to the simulator's on every round; same calibration, same accounting, so these rows are the
+    simulator's rows for the same seeds, with SecAgg+'s cost in their time. Only the summation changes: the
+    Flower integration's own client mod, decode and per-round accounting (``DistributedDPStrategy``) are tested
+    in Flower simulations instead. Needs ``flwr`` (Python >= 3.11)."""
 
     trust = ("the secure-aggregation protocol (no collusion that unmasks messages), and whoever assigns the B noise "
              "shares (clients told they are beyond B add none)")
@@ -428,8 +430,8 @@ class SecAggNoise(Mechanism):
         name = "DDG" if kind == "ddg" else "Skellam"
         flower = transport == "flower"
         self.key = f"{kind}{'-sketch' if sketch else ''}{'-flower' if flower else ''}"
-        self.label = (f"{name} + {'Flower SecAgg+' if flower else 'SecAgg'}{' + count-sketch' if sketch else ''} "
-                      f"({bits}-bit)")
+        self.label = (f"{name} + SecAgg{' + count-sketch' if sketch else ''} ({bits}-bit"
+                      f"{', summed by Flower SecAgg+' if flower else ''})")
 
     def _sketch_shape(self, setting: Setting) -> Optional[tuple[int, int]]:
         return (1, max(1, math.ceil(setting.dim / SKETCH_COMPRESSION))) if self.sketch else None
@@ -669,3 +671,18 @@ def mechanism_registry() -> dict[str, Mechanism]:
 
 
 MECHANISMS: tuple[str, ...] = tuple(mechanism_registry())
+#: Rows run only when named (``--mechanism ddg-flower``): Flower's SecAgg+ costs O(B k) key agreements and masks
+#: per round in one process, minutes a round at B = 100; they reproduce the ``ddg`` / ``skellam`` rows.
+OPT_IN_MECHANISMS: tuple[str, ...] = ("ddg-flower", "skellam-flower")
+
+
+def flower_unavailable_reason() -> Optional[str]:
+    """Why the ``-flower`` rows cannot run here (``dprec.flower`` needs flwr and Python >= 3.11), or None."""
+    import importlib.util  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    if sys.version_info < (3, 11):
+        return "dprec.flower needs Python >= 3.11"
+    if importlib.util.find_spec("flwr") is None:
+        return 'flwr is not installed: pip install "dprec[flower]"'
+    return None

@@ -10,7 +10,6 @@ OS entropy source.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import multiprocessing
 import os
@@ -23,7 +22,17 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .federations import Federation, digits_federation, synthetic_federation
-from .mechanisms import THREAT_MODELS, Client, Mechanism, NoGuarantee, RoundContext, Setting, mechanism_registry
+from .mechanisms import (
+    OPT_IN_MECHANISMS,
+    THREAT_MODELS,
+    Client,
+    Mechanism,
+    NoGuarantee,
+    RoundContext,
+    Setting,
+    flower_unavailable_reason,
+    mechanism_registry,
+)
 
 __all__ = [
     "FEDERATION_DEFAULTS",
@@ -86,6 +95,8 @@ class CompareConfig:
         for key in self.mechanisms:
             if key not in known:
                 raise ValueError(f"mechanisms: unknown {key!r}; valid: {tuple(known)}")
+            if key in OPT_IN_MECHANISMS and flower_unavailable_reason():
+                raise ValueError(f"mechanisms: {key!r} sums through Flower's SecAgg+, but {flower_unavailable_reason()}")
         if not self.threat_models:
             raise ValueError("threat_models must name at least one threat model")
         for tm in self.threat_models:
@@ -127,13 +138,10 @@ class CompareConfig:
         return FEDERATION_DEFAULTS[federation][name]
 
     def mechanism_keys(self) -> tuple[str, ...]:
-        """The mechanisms to run: those asked for, or all (the Flower SecAgg+ rows only where ``flwr`` imports)."""
+        """The mechanisms to run: those asked for, or all but :data:`OPT_IN_MECHANISMS` (the Flower SecAgg+ rows)."""
         if self.mechanisms:
             return self.mechanisms
-        keys = tuple(mechanism_registry())
-        if importlib.util.find_spec("flwr") is None:
-            keys = tuple(k for k in keys if not k.endswith("-flower"))
-        return keys
+        return tuple(k for k in mechanism_registry() if k not in OPT_IN_MECHANISMS)
 
 
 def _positive(value: Any, name: str) -> float:

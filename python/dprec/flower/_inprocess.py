@@ -26,6 +26,32 @@ from ._secagg import max_secagg_clients, modular_sum_from_secagg, secagg_ranges,
 __all__ = ["secagg_plus_sum"]
 
 
+class WordsWorkflow(SecAggPlusWorkflow):
+    """Flower's ``SecAggPlusWorkflow`` with :func:`secagg_ranges`: it carries ``bits``-bit words exactly.
+
+    Parameters
+    ----------
+    bits : int
+        8 to 31 (:func:`secagg_ranges`).
+    num_shares, reconstruction_threshold, timeout
+        SecAgg+'s own (``flwr.server.workflow.SecAggPlusWorkflow``).
+    """
+
+    def __init__(self, bits: int, num_shares: int | float, reconstruction_threshold: int | float, *,
+                 timeout: float | None = None) -> None:
+        super().__init__(num_shares, reconstruction_threshold, timeout=timeout, **secagg_ranges(bits))
+
+    def _check_init_params(self) -> None:
+        # SecAgg+ warns when num_shares exceeds modulus_range / quantization_range (an overflow of weighted float
+        # sums); words below 2**bits of weight 1 sum exactly mod 2**bits however many there are: check the rest.
+        q = self.quantization_range
+        self.quantization_range = 1
+        try:
+            super()._check_init_params()
+        finally:
+            self.quantization_range = q
+
+
 class _Proxy(ClientProxy):
     """A client the in-process workflow addresses by node id (SecAgg+ reads ``node_id`` only)."""
 
@@ -81,6 +107,24 @@ class _Grid:
         return replies
 
 
+#: The most shares per client :func:`secagg_plus_sum` uses (odd, as SecAgg+ wants).
+_MAX_SHARES = 11
+
+
+@contextlib.contextmanager
+def _quiet_flower() -> Iterator[None]:
+    """Flower logs a few INFO lines per SecAgg+ round: keep them out of a comparison's output."""
+    import logging  # noqa: PLC0415
+
+    logger = logging.getLogger("flwr")
+    saved = logger.level
+    logger.setLevel(max(saved, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
 @contextlib.contextmanager
 def _task_identity() -> Iterator[None]:
     """Flower stamps the messages it creates with the running app's identity: lend one when no app runs (as
@@ -105,8 +149,9 @@ def secagg_plus_sum(words: Sequence[np.ndarray] | np.ndarray, bits: int) -> np.n
 
     Each client is Flower's ``secaggplus_mod`` over an app that returns its words (sent as
     :func:`words_to_secagg`), the server Flower's ``SecAggPlusWorkflow`` with :func:`secagg_ranges`: key
-    agreement, Shamir shares of every client's mask seed and key (threshold: a majority), pairwise and private
-    masks, the masked sum and the unmasking all run as in a deployment, over direct calls instead of a network.
+    agreement, Shamir shares of every client's mask seed and key with up to 10 neighbours (threshold: a
+    majority of the shares), pairwise and private masks, the masked sum and the unmasking all run as in a
+    deployment, over direct calls instead of a network.
     ``dprec compare``'s rows with ``transport="flower"`` aggregate through it, so the equality of their results
     with the in-process simulator's (:func:`dprec.secagg.modular_sum`) is checked on every round.
 
@@ -115,14 +160,14 @@ def secagg_plus_sum(words: Sequence[np.ndarray] | np.ndarray, bits: int) -> np.n
     words : sequence of numpy.ndarray, or a 2-D array
         One vector per client (at least 2), integers in ``[0, 2**bits)``, all of one length.
     bits : int
-        2 to 31.
+        8 to 31.
 
     Returns
     -------
     numpy.ndarray
         The modular sum (:func:`dprec.secagg.storage_dtype` of ``bits``).
     """
-    ranges = secagg_ranges(bits)
+    secagg_ranges(bits)
     vectors = [np.asarray(w).reshape(-1) for w in words]
     n = len(vectors)
     if not 2 <= n <= max_secagg_clients(bits):
@@ -143,8 +188,11 @@ def secagg_plus_sum(words: Sequence[np.ndarray] | np.ndarray, bits: int) -> np.n
                            config=ServerConfig(num_rounds=1), strategy=strategy)
     server.state.config_records["config"] = ConfigRecord({"current_round": 1})
     server.state.array_records["parameters"] = ArrayRecord()
-    workflow = SecAggPlusWorkflow(1.0, 0.5, **ranges)  # every client shares with all; a majority unmasks
-    with _task_identity():
+    # Up to 11 clients share with all; beyond, each with its 10 ring neighbours (SecAgg+'s point: O(n k), not
+    # O(n^2)); a majority of the shares unmasks.
+    shares = n if n <= _MAX_SHARES else _MAX_SHARES
+    workflow = WordsWorkflow(bits, 1.0 if shares == n else shares, 0.5)
+    with _task_identity(), _quiet_flower():
         workflow(_Grid(clients), server)  # type: ignore[arg-type]
     if strategy.aggregate is None:
         raise RuntimeError("SecAgg+ halted before unmasking")

@@ -8,7 +8,8 @@ With ``q = 2**bits - 1``, ``c = q / 2``, ``M = 2**bits``, ``max_weight = 1`` and
 step is exact in float64 for an integer ``z`` in ``[0, 2**bits)`` sent as ``z - c``: the scale ``q / (2c)`` is
 1.0, ``z - c + c`` is ``z``, the stochastic rounding of an integer returns it, and the masked sum is the
 modular sum of the ``z``. The server's float output ``(R - n c) q / (n q mod M)`` is inverted exactly
-(:func:`modular_sum_from_secagg`) while ``(n + 2) 2**bits < 2**50``; its int32 quantization caps ``bits`` at 31.
+(:func:`modular_sum_from_secagg`) while ``(n + 2) 2**bits < 2**50``; its int32 quantization caps ``bits`` at 31;
+the bias of its masks (uniform on ``[0, M - 1)``) sets the floor at 8 (:data:`MIN_SECAGG_BITS`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import numpy as np
 
 #: Most bits Flower's SecAgg+ carries exactly: its quantization holds a word in an int32.
 MAX_SECAGG_BITS = 31
-#: Fewest bits: below it nothing but rounding fits in the modulus.
-MIN_SECAGG_BITS = 2
+#: Fewest bits: Flower's masks are uniform on ``[0, M - 1)``, not ``[0, M)``, so a masked word's distribution is
+#: off uniform by up to ``sqrt(M - 1) / 2 (M - 1)^-k`` with ``k`` masks (its Fourier coefficients are
+#: ``(M - 1)^-k``): about 0.04 at 2 bits and 3 masks, below 1e-6 from 8 bits (``k >= 3``), where nothing useful
+#: needs fewer bits anyway.
+MIN_SECAGG_BITS = 8
 #: ``DistributedDPStrategy(mechanism=...)``.
 MECHANISMS = ("ddg", "skellam")
 
@@ -52,15 +56,29 @@ _MAX_COUNT_NOISE = float(2**24)
 def secagg_ranges(bits: int) -> dict[str, Any]:
     """The ``SecAggPlusWorkflow`` keyword arguments under which it carries integers mod ``2**bits`` exactly.
 
-    ``clipping_range = (2**bits - 1) / 2``, ``quantization_range = 2**bits - 1``, ``modulus_range = 2**bits``,
-    ``max_weight = 1.0`` (the client mod reports a weight of 1: the distributed-DP mean is unweighted).
+    Parameters
+    ----------
+    bits : int
+        :data:`MIN_SECAGG_BITS` (8) to :data:`MAX_SECAGG_BITS` (31).
+
+    Returns
+    -------
+    dict
+        ``clipping_range = (2**bits - 1) / 2``, ``quantization_range = 2**bits - 1``, ``modulus_range = 2**bits``,
+        ``max_weight = 1.0`` (the client mod reports a weight of 1: the distributed-DP mean is unweighted).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``bits`` not an int, or outside the range.
     """
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
         raise TypeError(f"bits must be an int, got {type(bits).__name__}")
     if not MIN_SECAGG_BITS <= int(bits) <= MAX_SECAGG_BITS:
         raise ValueError(
             f"bits must be in [{MIN_SECAGG_BITS}, {MAX_SECAGG_BITS}] for Flower's SecAgg+, got {bits!r}: its "
-            "quantization holds each word in an int32, so a modulus above 2**31 cannot be carried exactly"
+            "quantization holds each word in an int32 (no modulus above 2**31), and its masks are uniform on "
+            "[0, M - 1) only, which shows through the masking at small moduli"
         )
     q = (1 << int(bits)) - 1
     return {"clipping_range": q / 2.0, "quantization_range": q, "modulus_range": 1 << int(bits), "max_weight": 1.0}
@@ -88,9 +106,9 @@ def modular_sum_from_secagg(output: np.ndarray, bits: int, num_clients: int) -> 
     Raises
     ------
     ValueError
-        When ``output`` is not such a sum (a value that is not finite, or more than 1/4 from the integer it must
-        be: the workflow was not configured by :func:`secagg_ranges`, or the clients did not send
-        :func:`words_to_secagg`).
+        When ``output`` is not such a sum: a value that is not finite, out of range, or more than 1/4 from an
+        integer (e.g. a workflow not configured by :func:`secagg_ranges`). Clients that sent other floats are
+        not always caught (Flower rounds what it is given to integers); the strategy also checks the shapes.
     """
     n = int(num_clients)
     if not 1 <= n <= max_secagg_clients(bits):

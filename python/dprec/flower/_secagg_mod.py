@@ -28,9 +28,14 @@ from ._secagg import (
     words_to_secagg,
 )
 
-#: Key of the client's local diagnostics (a MetricRecord: ``norm``, ``clipped``, ``rounds``) in ``context.state``.
+#: Key of the client's local diagnostics in ``context.state``: a MetricRecord with the last round's ``norm``,
+#: ``clipped`` and ``clip-norm``, and the counts ``rounds`` and ``failed-rounds`` (a zero update sent instead).
 DDP_STATE_KEY = "dprec-ddp"
 _AFTER = "distributed_dp_mod goes right after Flower's secaggplus_mod: ClientApp(..., mods=[secaggplus_mod, distributed_dp_mod])"
+
+
+class _TrainingFailed(Exception):
+    """A failure the mod detects in the app's reply; its text names no client data."""
 
 
 @dataclass(frozen=True)
@@ -177,24 +182,25 @@ def _distributed_dp_mod(
     try:
         reply = call_next(msg, context)
         if reply.has_error():
-            raise RuntimeError("error reply")
+            raise _TrainingFailed("error reply")
         fitres = _compat.recorddict_to_fitres(reply.content, keep_input=True)
         if fitres.status.code != Code.OK:
-            raise RuntimeError(f"FitRes status {fitres.status.code.name}")
+            raise _TrainingFailed(f"FitRes status {fitres.status.code.name}")
         trained = parameters_to_ndarrays(fitres.parameters)
         if len(trained) != len(global_arrays) or any(
             trained[i].shape != global_arrays[i].shape or trained[i].dtype.kind != "f" for i in floats
         ):
-            raise ValueError("FitRes parameters of other shapes or dtypes than the global ones")
+            raise _TrainingFailed("FitRes parameters of other shapes or dtypes than the global ones")
         trained_update = np.concatenate(
             [np.asarray(trained[i], np.float64).reshape(-1) - np.asarray(global_arrays[i], np.float64).reshape(-1)
              for i in floats]
         )
         if not math.isfinite(float(np.linalg.norm(trained_update))):
-            raise FloatingPointError("non-finite update")
+            raise _TrainingFailed("non-finite update")
         update, metrics = trained_update, dict(fitres.metrics)
     except Exception as exc:  # noqa: BLE001 - its text may describe the client's data: only its type is logged
-        failure = type(exc).__name__ if not isinstance(exc, RuntimeError) else str(exc)[:40]
+        # The mod's own texts name no data; any other exception (the app's) is named by its type only.
+        failure = str(exc) if isinstance(exc, _TrainingFailed) else type(exc).__name__
         log(ERROR, "distributed_dp_mod: training failed (%s): sending a zero update with the noise share", failure)
     norm = float(np.linalg.norm(update))
     try:

@@ -26,11 +26,11 @@ from flwr.common import (
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import Strategy
-from flwr.server.workflow import SecAggPlusWorkflow
 
 from .._runtime.validation import check_int, check_positive
 from ._adaptive import AdaptiveClipping
 from ._common import _DPREC_PREFIX, _describe
+from ._inprocess import WordsWorkflow
 from ._legacy import _no_metrics, _node_id, _with_dtypes, _wrong_legacy_api
 from ._secagg import (
     MECHANISMS,
@@ -38,8 +38,8 @@ from ._secagg import (
     max_secagg_clients,
     modular_sum_from_secagg,
     pipeline_config,
-    secagg_ranges,
 )
+from ._secagg import secagg_ranges as _secagg_ranges
 from ._strategy import _sample_plan_problem
 
 __all__ = ["DistributedDPStrategy", "DistributedDPRound"]
@@ -53,8 +53,9 @@ _CURRENT_ROUND = "current_round"
 class DistributedDPRound:
     """What the server did in one round of :class:`DistributedDPStrategy` (its :attr:`~DistributedDPStrategy.history`).
 
-    ``status``: ``"aggregated"`` (the mean applied), ``"failed"`` (SecAgg+ revealed a sum that did not decode:
-    nothing applied, the round accounted), ``"halted"`` (SecAgg+ stopped before unmasking, e.g. more dropouts than
+    ``status``: ``"aggregated"`` (the mean applied), ``"discarded"`` (decoded and accounted, but the wrapped
+    strategy returned no parameters, e.g. FedAvg with ``accept_failures=False`` after a dropout), ``"failed"``
+    (SecAgg+ revealed a sum that did not decode: nothing applied, the round accounted), ``"halted"`` (SecAgg+ stopped before unmasking, e.g. more dropouts than
     its threshold tolerates: nothing applied, nothing revealed, not accounted), ``"empty"`` (no masked vector).
     ``num_aggregated`` is the number of masked vectors in the sum, hence of noise shares; ``seed`` the round's public
     seed (rotation signs, sketch hashes); ``epsilon`` the total so far.
@@ -114,7 +115,7 @@ class DistributedDPStrategy(Strategy):
     mechanism : {"ddg", "skellam"}
         Distributed discrete Gaussian (default) or Skellam noise.
     bits : int
-        SecAgg+ words are mod ``2**bits``, 2 to 31 (Flower's SecAgg+ holds a word in an int32); default 20.
+        SecAgg+ words are mod ``2**bits``, 8 to 31 (:func:`secagg_ranges`); default 20.
     noise_multiplier : float, optional
         ``z``: the summed noise of ``expected_clients_per_round`` clients has standard deviation ``z * clip_norm``
         (TFF's ``noise_multiplier``); each client adds ``z clip_norm / sqrt(expected_clients_per_round)``.
@@ -148,8 +149,10 @@ class DistributedDPStrategy(Strategy):
     TypeError, ValueError
         For a bad argument (named), a strategy of the Message API, and, when a round is configured (before
         anything is sent): bits too few for the round's clients (rounding alone would wrap at the head-room
-        asked), more clients than SecAgg+ carries exactly or than ``N``, fewer than 2 clients, a
-        ``reconstruction_threshold`` above the round's sample, or a workflow not made by :meth:`secagg_workflow`.
+        asked) or for the clipping count, a DDG integer noise per client below 0.5 (no bound is claimed there),
+        more clients than SecAgg+ carries exactly or than ``N``, fewer than 2 clients, a
+        ``reconstruction_threshold`` above the round's sample, or a workflow not made by :meth:`secagg_workflow`
+        (RuntimeError).
     """
 
     def __init__(
@@ -178,7 +181,7 @@ class DistributedDPStrategy(Strategy):
             raise TypeError(_wrong_legacy_api(strategy).replace("DPRECLegacyStrategy", "DistributedDPStrategy"))
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-        secagg_ranges(bits)
+        _secagg_ranges(bits)
         self.strategy = strategy
         self.mechanism = mechanism
         self.bits = int(bits)
@@ -238,9 +241,24 @@ class DistributedDPStrategy(Strategy):
     def secagg_workflow(
         self, num_shares: int | float, reconstruction_threshold: int | float, *, timeout: float | None = None
     ) -> DistributedDPWorkflow:
-        """Flower's ``SecAggPlusWorkflow`` set up to carry this strategy's ``bits``-bit words exactly: pass it as
-        ``DefaultWorkflow(fit_workflow=...)``. ``num_shares``, ``reconstruction_threshold`` and ``timeout`` are
-        SecAgg+'s own (see ``flwr.server.workflow.SecAggPlusWorkflow``)."""
+        """Flower's ``SecAggPlusWorkflow`` set up to carry this strategy's ``bits``-bit words exactly.
+
+        Parameters
+        ----------
+        num_shares : int or float
+            SecAgg+'s: the shares of each client's secrets (its neighbours plus itself), or a fraction of the
+            round's clients.
+        reconstruction_threshold : int or float
+            SecAgg+'s: the shares that unmask a client, or a fraction of ``num_shares``; more dropouts than this
+            tolerates halt the round (recorded, nothing applied).
+        timeout : float, optional
+            SecAgg+'s wait per stage, in seconds (None: no limit).
+
+        Returns
+        -------
+        DistributedDPWorkflow
+            Pass it as ``DefaultWorkflow(fit_workflow=...)``.
+        """
         return DistributedDPWorkflow(self, num_shares, reconstruction_threshold, timeout=timeout)
 
     @property
@@ -299,7 +317,7 @@ class DistributedDPStrategy(Strategy):
 
     # -- the round's pipeline -----------------------------------------------------------------
 
-    def _pipeline(self, dim: int, clients: int, clip: float, sigma: float, seed: int) -> Any:
+    def _pipeline(self, dim: int, clients: int, clip: float, sigma: float, seed: int, check_floor: bool = True) -> Any:
         from ..accounting.discrete import MIN_SUMMED_NOISE  # noqa: PLC0415
 
         try:
@@ -307,7 +325,7 @@ class DistributedDPStrategy(Strategy):
                                       noise_stddev=sigma, **self._pipeline_kwargs)
         except ValueError as exc:
             raise ValueError(f"DistributedDPStrategy: {exc}") from None
-        if self.mechanism == "ddg" and pipe.integer_noise_stddev < MIN_SUMMED_NOISE:
+        if check_floor and self.mechanism == "ddg" and pipe.integer_noise_stddev < MIN_SUMMED_NOISE:
             raise ValueError(
                 f"DistributedDPStrategy: each client's integer noise {pipe.integer_noise_stddev:.3g} (noise / gamma at "
                 f"bits={self.bits}) is below {MIN_SUMMED_NOISE}, where no bound on a sum of discrete Gaussians is "
@@ -315,29 +333,40 @@ class DistributedDPStrategy(Strategy):
             )
         return pipe
 
-    def _quantile_noise(self) -> float:
-        """``s``: each client's noise on its clipping bit, in bit units."""
-        assert self.adaptive_clipping is not None and self._client_noise_multiplier is not None
-        return self.adaptive_clipping.noise_for(1.0 / self._client_noise_multiplier)
+    def _quantile_noise(self, z: float | None = None) -> float:
+        """``s``: each client's noise on its clipping bit, in bit units, at each client's noise multiplier ``z``
+        (default: the strategy's)."""
+        z = self._client_noise_multiplier if z is None else z
+        assert self.adaptive_clipping is not None and z is not None
+        return self.adaptive_clipping.noise_for(1.0 / z)
 
-    def _event(self, pipe: Any, shares: int, participation: float, lattice: int) -> Any:
+    def _event(self, pipe: Any, shares: int, participation: float, lattice: int, z: float | None = None) -> Any:
         from ..accounting.accountant import DDGEvent, SecAggRoundEvent, SkellamEvent  # noqa: PLC0415
 
         cls = DDGEvent if self.mechanism == "ddg" else SkellamEvent
         parts = [cls(l2_sensitivity=pipe.l2_sensitivity, noise_stddev=pipe.noise_stddev, num_clients=shares,
                      dim=pipe.padded_dim, granularity=pipe.granularity)]
         if lattice:
-            parts.append(DDGEvent(l2_sensitivity=float(lattice), noise_stddev=self._quantile_noise() * lattice,
+            parts.append(DDGEvent(l2_sensitivity=float(lattice), noise_stddev=self._quantile_noise(z) * lattice,
                                   num_clients=shares, dim=1, granularity=1.0))
         return SecAggRoundEvent(parts, participation_rate=participation)
 
-    def _lattice(self, clients: int, pipe: Any) -> int:
+    def _lattice(self, clients: int, pipe: Any, z: float | None = None) -> int:
+        """The clipping count's lattice ``M`` (0 without adaptive clipping); -1 when no lattice both fits the words
+        and keeps each client's noise on it at :data:`~dprec.accounting.discrete.MIN_SUMMED_NOISE` or more."""
         if self.adaptive_clipping is None:
             return 0
         from ..accounting.discrete import MIN_SUMMED_NOISE  # noqa: PLC0415
 
-        m = count_lattice(clients, self._quantile_noise(), self.bits, pipe.stddevs_of_headroom)
-        if m < 1 or self._quantile_noise() * m < MIN_SUMMED_NOISE:
+        s = self._quantile_noise(z)
+        m = count_lattice(clients, s, self.bits, pipe.stddevs_of_headroom)
+        return m if m >= 1 and s * m >= MIN_SUMMED_NOISE else -1
+
+    def _checked_lattice(self, clients: int, pipe: Any) -> int:
+        from ..accounting.discrete import MIN_SUMMED_NOISE  # noqa: PLC0415
+
+        m = self._lattice(clients, pipe)
+        if m < 0:
             raise ValueError(
                 f"DistributedDPStrategy: bits={self.bits} is too few for the clipping count of {clients} clients "
                 f"(adaptive clipping; its lattice must fit the words with each client's noise at least "
@@ -348,15 +377,19 @@ class DistributedDPStrategy(Strategy):
     def _calibrate(self, dim: int, clients: int, population: int) -> float:
         """Each client's sigma / clip for ``target_epsilon`` over ``num_rounds`` rounds of ``clients`` shares."""
         from ..accounting import Accountant  # noqa: PLC0415
+        from ..accounting.discrete import MIN_SUMMED_NOISE  # noqa: PLC0415
 
         assert self._target_epsilon is not None and self.num_rounds is not None
         rounds = self.num_rounds
         q = min(1.0, clients / population)
 
         def eps(z: float) -> float:
-            self._client_noise_multiplier = z
-            pipe = self._pipeline(dim, clients, 1.0, z, 0)
-            event = self._event(pipe, clients, q, self._lattice(clients, pipe))
+            # Below the noise floors no bound is claimed: epsilon is infinite there, not an error.
+            pipe = self._pipeline(dim, clients, 1.0, z, 0, check_floor=False)
+            lattice = self._lattice(clients, pipe, z)
+            if lattice < 0 or (self.mechanism == "ddg" and pipe.integer_noise_stddev < MIN_SUMMED_NOISE):
+                return math.inf
+            event = self._event(pipe, clients, q, lattice, z)
             return float(Accountant(threat_model="server").compose(event, rounds).get_epsilon(self.delta))
 
         lo, hi = 1e-3, 1.0
@@ -439,7 +472,7 @@ class DistributedDPStrategy(Strategy):
                 self._client_noise_multiplier = self._calibrate(dim, self.expected_clients_per_round, self.num_clients)
         pipe = self._pipeline(dim, b, self._clip, self._client_noise_multiplier * self._clip,
                               secrets.randbits(63))
-        lattice = self._lattice(b, pipe)
+        lattice = self._checked_lattice(b, pipe)
         count_noise = self._quantile_noise() * lattice if lattice else 0.0
         entries = pipeline_config(pipe, count_lattice=lattice, count_noise=count_noise)
         self._rounds[server_round] = _Plan(pipe, nodes, arrays, floats, population, lattice)
@@ -530,22 +563,27 @@ class DistributedDPStrategy(Strategy):
             piece = mean[offset: offset + a.size].reshape(a.shape)
             offset += a.size
             updated[i] = (a.astype(np.float64) + piece).astype(a.dtype)
+        fit = FitRes(status=Status(code=Code.OK, message="distributed DP: global + mean"),
+                     parameters=ndarrays_to_parameters(updated), num_examples=1, metrics={})
+        parameters, _ = self._strategy_aggregate_fit(server_round, [(results[0][0], fit)], failures)
+        # The wrapped strategy may discard the round (FedAvg with accept_failures=False and a dropout): then nothing
+        # is applied, the round stays accounted (the sum was revealed) and the clip norm does not move.
+        applied = parameters is not None
         next_clip = self._clip
-        if self.adaptive_clipping is not None and fraction is not None:
+        if applied and self.adaptive_clipping is not None and fraction is not None:
             next_clip = self.adaptive_clipping.next_clip_norm(self._clip, fraction)
             self._clip = next_clip
-        self._record(server_round, plan, "aggregated", n, unclipped_fraction=fraction, next_clip_norm=next_clip,
-                     decode_seconds=seconds, modular_sum=total if self.keep_sums else None,
-                     mean=mean if self.keep_sums else None)
+        self._record(server_round, plan, "aggregated" if applied else "discarded", n, unclipped_fraction=fraction,
+                     next_clip_norm=next_clip, decode_seconds=seconds,
+                     modular_sum=total if self.keep_sums else None, mean=mean if self.keep_sums else None,
+                     reason="" if applied else f"{type(self.strategy).__name__}.aggregate_fit returned no parameters")
         metrics.update({"dprec-clip-norm": pipe.clip, "dprec-noise-stddev": pipe.noise_stddev,
                         "dprec-secagg-word-bits": self.bits, "dprec-secagg-words": pipe.padded_dim})
         if fraction is not None:
             metrics["dprec-unclipped-fraction"] = fraction
-        log(INFO, "distributed DP round %d: %d of %d clients aggregated; epsilon %.4g (delta %g) against the server, "
-            "zero-out relation", server_round, n, len(plan.nodes), epsilon, self.delta)
-        fit = FitRes(status=Status(code=Code.OK, message="distributed DP: global + mean"),
-                     parameters=ndarrays_to_parameters(updated), num_examples=1, metrics={})
-        parameters, _ = self._strategy_aggregate_fit(server_round, [(results[0][0], fit)], failures)
+        log(INFO, "distributed DP round %d: %d of %d clients summed%s; epsilon %.4g (delta %g) against the server, "
+            "zero-out relation", server_round, n, len(plan.nodes), "" if applied else " (discarded by the strategy)",
+            epsilon, self.delta)
         user = self._fit_metrics(server_round, results)
         user.update(metrics)
         return (None if parameters is None else _with_dtypes(parameters, updated)), user
@@ -573,12 +611,19 @@ class DistributedDPStrategy(Strategy):
             return {}
 
 
-class DistributedDPWorkflow(SecAggPlusWorkflow):
+class DistributedDPWorkflow(WordsWorkflow):
     """Flower's ``SecAggPlusWorkflow`` with the ranges that carry a :class:`DistributedDPStrategy`'s words exactly
     (:func:`dprec.flower.secagg_ranges`); made by :meth:`DistributedDPStrategy.secagg_workflow`.
 
     A round that SecAgg+ halts (fewer surviving clients than its reconstruction threshold) is recorded in the
     strategy's history as ``"halted"``: nothing applied, nothing accounted (the server saw only masked vectors).
+
+    Parameters
+    ----------
+    strategy : DistributedDPStrategy
+        The strategy of the ``LegacyContext`` this workflow runs with (checked at each call).
+    num_shares, reconstruction_threshold, timeout
+        SecAgg+'s own (``flwr.server.workflow.SecAggPlusWorkflow``).
     """
 
     def __init__(
@@ -592,17 +637,7 @@ class DistributedDPWorkflow(SecAggPlusWorkflow):
         if not isinstance(strategy, DistributedDPStrategy):
             raise TypeError(f"strategy must be a DistributedDPStrategy, got {type(strategy).__name__}")
         self._strategy = strategy
-        super().__init__(num_shares, reconstruction_threshold, timeout=timeout, **secagg_ranges(strategy.bits))
-
-    def _check_init_params(self) -> None:
-        # SecAgg+ warns when num_shares exceeds modulus_range / quantization_range (overflow of weighted float sums);
-        # words below 2**bits with weight 1 sum exactly mod 2**bits whatever their number: check the rest only.
-        q = self.quantization_range
-        self.quantization_range = 1
-        try:
-            super()._check_init_params()
-        finally:
-            self.quantization_range = q
+        super().__init__(strategy.bits, num_shares, reconstruction_threshold, timeout=timeout)
 
     def __call__(self, grid: Any, context: Any) -> None:
         if getattr(context, "strategy", None) is not self._strategy:
