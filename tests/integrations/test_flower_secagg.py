@@ -56,17 +56,8 @@ NODES = 5
 DELTA = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Flower stamps instruction messages with the identity of the running app; give the in-process tests one."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = {k: TaskIdentity.__dict__[k] for k in ("_task_id", "_run_id", "_node_id")}
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    for k, v in saved.items():
-        setattr(TaskIdentity, k, v)
-
+# Flower stamps instruction messages with the running app's identity: the in-process tests lend one.
+from .test_flower import task_identity  # noqa: E402, F401 - an autouse fixture
 
 # --------------------------------------------------------------------------- the exact carriage
 

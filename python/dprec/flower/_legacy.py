@@ -57,7 +57,81 @@ _REPLY_METRICS = "metrics"
 _ARRAYS_NAME = "fitres.parameters"
 
 
-class DPRECLegacyStrategy(Strategy):
+class _LegacyWrapper(Strategy):
+    """What the wrappers of a legacy-API strategy share: delegated evaluation and initialization, and the wrapped
+    strategy's ``aggregate_fit`` of one synthetic mean ``FitRes`` with its metric function kept for the clients'
+    results."""
+
+    strategy: Strategy
+
+    # -- delegated ----------------------------------------------------------------------------
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        """Delegated to the wrapped strategy."""
+        return self.strategy.initialize_parameters(client_manager)
+
+    def configure_evaluate(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, EvaluateIns]]:
+        """Delegated to the wrapped strategy."""
+        return self.strategy.configure_evaluate(server_round, parameters, client_manager)
+
+    def aggregate_evaluate(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, EvaluateRes]],
+        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
+    ) -> tuple[float | None, dict[str, Scalar]]:
+        """Delegated to the wrapped strategy."""
+        return self.strategy.aggregate_evaluate(server_round, results, failures)
+
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+        """Delegated to the wrapped strategy."""
+        return self.strategy.evaluate(server_round, parameters)
+
+    def _strategy_aggregate_fit(
+        self,
+        server_round: int,
+        results: list[tuple[ClientProxy, FitRes]],
+        failures: list[tuple[ClientProxy, FitRes] | BaseException],
+    ) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """The wrapped strategy's ``aggregate_fit`` of the one mean ``FitRes``, its metric function out of the way.
+
+        A user's ``fit_metrics_aggregation_fn`` expects the clients' metrics, not the mean's empty ones: it is
+        called on the real results by :meth:`_fit_metrics` instead.
+        """
+        strategy = self.strategy
+        if "fit_metrics_aggregation_fn" not in vars(strategy):
+            return strategy.aggregate_fit(server_round, results, failures)
+        saved = strategy.fit_metrics_aggregation_fn
+        strategy.fit_metrics_aggregation_fn = _no_metrics
+        try:
+            return strategy.aggregate_fit(server_round, results, failures)
+        finally:
+            strategy.fit_metrics_aggregation_fn = saved
+
+    def _fit_metrics(
+        self, server_round: int, results: list[tuple[ClientProxy, FitRes]], *, skip_empty: bool = False
+    ) -> dict[str, Scalar]:
+        """The wrapped strategy's ``fit_metrics_aggregation_fn`` over the (aggregated) results, without their
+        ``"dprec."`` keys (``skip_empty``: only the results that carry metrics, none when none do)."""
+        fn = getattr(self.strategy, "fit_metrics_aggregation_fn", None)
+        pairs = [
+            (res.num_examples, {k: v for k, v in res.metrics.items() if not str(k).startswith(_DPREC_PREFIX)})
+            for _, res in results
+        ]
+        if skip_empty:
+            pairs = [(n, m) for n, m in pairs if m]
+        if fn is None or not pairs:
+            return {}
+        try:
+            return dict(fn(pairs) or {})
+        except Exception as exc:  # noqa: BLE001 - a metric must not cost the round its update
+            log(WARNING, "round %d: fit_metrics_aggregation_fn failed: %s", server_round, _describe(exc))
+            return {}
+
+
+class DPRECLegacyStrategy(_LegacyWrapper):
     """Wrap a strategy of Flower's legacy API (``flwr.server.strategy``) so that training runs through DP-REC.
 
     For legacy apps: ``NumPyClient`` clients (``ClientApp(client_fn=..., mods=[dprec_mod])``) and a
@@ -205,31 +279,6 @@ class DPRECLegacyStrategy(Strategy):
     def relation(self) -> str:
         return self._core.relation
 
-    # -- delegated ----------------------------------------------------------------------------
-
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        """Delegated to the wrapped strategy."""
-        return self.strategy.initialize_parameters(client_manager)
-
-    def configure_evaluate(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, EvaluateIns]]:
-        """Delegated to the wrapped strategy."""
-        return self.strategy.configure_evaluate(server_round, parameters, client_manager)
-
-    def aggregate_evaluate(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, EvaluateRes]],
-        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
-    ) -> tuple[float | None, dict[str, Scalar]]:
-        """Delegated to the wrapped strategy."""
-        return self.strategy.aggregate_evaluate(server_round, results, failures)
-
-    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        """Delegated to the wrapped strategy."""
-        return self.strategy.evaluate(server_round, parameters)
-
     # -- training -----------------------------------------------------------------------------
 
     def configure_fit(
@@ -334,44 +383,6 @@ class DPRECLegacyStrategy(Strategy):
         )
         parameters, _ = self._strategy_aggregate_fit(server_round, [(results[0][0], mean)], failures)
         return (None if parameters is None else _with_dtypes(parameters, updated)), metrics
-
-    def _strategy_aggregate_fit(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, FitRes]],
-        failures: list[tuple[ClientProxy, FitRes] | BaseException],
-    ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """The wrapped strategy's ``aggregate_fit`` of the one mean ``FitRes``, its metric function out of the way.
-
-        A user's ``fit_metrics_aggregation_fn`` expects the clients' metrics, not the mean's empty ones: it is
-        called on the real results by :meth:`_fit_metrics` instead.
-        """
-        strategy = self.strategy
-        if "fit_metrics_aggregation_fn" not in vars(strategy):
-            return strategy.aggregate_fit(server_round, results, failures)
-        saved = strategy.fit_metrics_aggregation_fn
-        strategy.fit_metrics_aggregation_fn = _no_metrics
-        try:
-            return strategy.aggregate_fit(server_round, results, failures)
-        finally:
-            strategy.fit_metrics_aggregation_fn = saved
-
-    def _fit_metrics(self, server_round: int, results: list[tuple[ClientProxy, FitRes]]) -> dict[str, Scalar]:
-        """The wrapped strategy's ``fit_metrics_aggregation_fn`` over the (aggregated) results, without their
-        ``"dprec."`` keys."""
-        fn = getattr(self.strategy, "fit_metrics_aggregation_fn", None)
-        if fn is None or not results:
-            return {}
-        pairs = [
-            (res.num_examples, {k: v for k, v in res.metrics.items() if not str(k).startswith(_DPREC_PREFIX)})
-            for _, res in results
-        ]
-        try:
-            return dict(fn(pairs) or {})
-        except Exception as exc:  # noqa: BLE001 - a metric must not cost the round its update
-            log(WARNING, "DP-REC round %d: fit_metrics_aggregation_fn failed: %s", server_round, _describe(exc))
-            return {}
-
 
 class _ChosenNodes(FedAvg):
     """The core's Message-API strategy: one train message to each node the legacy strategy chose.

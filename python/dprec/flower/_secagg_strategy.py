@@ -12,8 +12,6 @@ from typing import Any
 import numpy as np
 from flwr.common import (
     Code,
-    EvaluateIns,
-    EvaluateRes,
     FitIns,
     FitRes,
     Parameters,
@@ -31,7 +29,7 @@ from .._runtime.validation import check_int, check_positive
 from ._adaptive import AdaptiveClipping
 from ._common import _DPREC_PREFIX, _describe
 from ._inprocess import WordsWorkflow
-from ._legacy import _no_metrics, _node_id, _with_dtypes, _wrong_legacy_api
+from ._legacy import _LegacyWrapper, _node_id, _with_dtypes, _wrong_legacy_api
 from ._secagg import (
     MECHANISMS,
     count_lattice,
@@ -91,7 +89,7 @@ class _Plan:
     lattice: int  # the clipping count's M (0: no adaptive clipping)
 
 
-class DistributedDPStrategy(Strategy):
+class DistributedDPStrategy(_LegacyWrapper):
     """Distributed DP (DDG or Skellam, Chen et al.) on Flower's own SecAgg+: wrap a legacy-API strategy.
 
     The client adds ``mods=[secaggplus_mod, distributed_dp_mod]``; the server wraps its ``flwr.server.strategy``
@@ -293,27 +291,6 @@ class DistributedDPStrategy(Strategy):
     def guarantee(self) -> Any:
         """The :class:`dprec.accounting.PrivacyGuarantee` so far (None before the first accounted round)."""
         return None if self._accountant is None else self._accountant.guarantee(self.delta)
-
-    # -- delegated ----------------------------------------------------------------------------
-
-    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        return self.strategy.initialize_parameters(client_manager)
-
-    def configure_evaluate(
-        self, server_round: int, parameters: Parameters, client_manager: ClientManager
-    ) -> list[tuple[ClientProxy, EvaluateIns]]:
-        return self.strategy.configure_evaluate(server_round, parameters, client_manager)
-
-    def aggregate_evaluate(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, EvaluateRes]],
-        failures: list[tuple[ClientProxy, EvaluateRes] | BaseException],
-    ) -> tuple[float | None, dict[str, Scalar]]:
-        return self.strategy.aggregate_evaluate(server_round, results, failures)
-
-    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        return self.strategy.evaluate(server_round, parameters)
 
     # -- the round's pipeline -----------------------------------------------------------------
 
@@ -584,31 +561,9 @@ class DistributedDPStrategy(Strategy):
         log(INFO, "distributed DP round %d: %d of %d clients summed%s; epsilon %.4g (delta %g) against the server, "
             "zero-out relation", server_round, n, len(plan.nodes), "" if applied else " (discarded by the strategy)",
             epsilon, self.delta)
-        user = self._fit_metrics(server_round, results)
+        user = self._fit_metrics(server_round, results, skip_empty=True)
         user.update(metrics)
         return (None if parameters is None else _with_dtypes(parameters, updated)), user
-
-    def _strategy_aggregate_fit(self, server_round: int, results: Any, failures: Any) -> Any:
-        strategy: Any = self.strategy
-        if "fit_metrics_aggregation_fn" not in vars(strategy):
-            return strategy.aggregate_fit(server_round, results, failures)
-        saved = strategy.fit_metrics_aggregation_fn
-        strategy.fit_metrics_aggregation_fn = _no_metrics
-        try:
-            return strategy.aggregate_fit(server_round, results, failures)
-        finally:
-            strategy.fit_metrics_aggregation_fn = saved
-
-    def _fit_metrics(self, server_round: int, results: list[tuple[ClientProxy, FitRes]]) -> dict[str, Scalar]:
-        fn = getattr(self.strategy, "fit_metrics_aggregation_fn", None)
-        pairs = [(res.num_examples, dict(res.metrics)) for _, res in results if res.metrics]
-        if fn is None or not pairs:
-            return {}
-        try:
-            return dict(fn(pairs) or {})
-        except Exception as exc:  # noqa: BLE001 - a metric must not cost the round its update
-            log(WARNING, "distributed DP round %d: fit_metrics_aggregation_fn failed: %s", server_round, _describe(exc))
-            return {}
 
 
 class DistributedDPWorkflow(WordsWorkflow):
