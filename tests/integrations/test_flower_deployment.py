@@ -6,7 +6,9 @@ SuperExec processes they start, and the ServerApp and ClientApp processes of the
 runs once per app, each on a SuperLink and SuperNodes of its own: ``examples/flower-app`` (Message
 API: ``DPRECStrategy``, ``ClientApp(mods=[dprec_mod])``) and ``examples/flower-legacy-app`` (legacy
 API: ``ServerApp(server_fn=...)`` with ``DPRECLegacyStrategy(flwr.server.strategy.FedAvg(...))`` in
-Flower's legacy ``Server``, a ``NumPyClient`` in ``ClientApp(client_fn=..., mods=[dprec_mod])``).
+Flower's legacy ``Server``, a ``NumPyClient`` in ``ClientApp(client_fn=..., mods=[dprec_mod])``), and
+``examples/flower-secagg-app`` (distributed DP under Flower's SecAgg+: ``DistributedDPStrategy`` in a
+``DefaultWorkflow``, ``mods=[secaggplus_mod, distributed_dp_mod]``), checked by a test of its own.
 Both ServerApps write what they saw (global arrays before and after each round, the DP-REC
 messages they aggregated, which dprec they imported) to a JSON file named in the run config, in
 the same form (the legacy app's arrays, a list, keyed "0", "1", ... as DP-REC lays them out), and
@@ -24,6 +26,7 @@ process's log (stdout and stderr go to files under tmp_path).
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -34,6 +37,7 @@ import sys
 import sysconfig
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +58,7 @@ APPS = {
     "message-api": (REPO / "examples" / "flower-app", {"weight", "bias"}),
     "legacy-api": (REPO / "examples" / "flower-legacy-app", {"0", "1"}),
 }
+SECAGG_APP = REPO / "examples" / "flower-secagg-app"
 
 DEADLINE_S = 240.0  # the whole test, processes included
 NUM_NODES = 3
@@ -282,11 +287,11 @@ def _array(entry: dict) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", list(APPS))
-def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
-    import tomllib  # Python >= 3.11, as the module requires
-
-    app, names = APPS[api]
+@contextlib.contextmanager
+def _deployed_run(tmp_path: Path, app: Path, overrides_text: str) -> Iterator[dict]:
+    """Run ``app`` with ``flwr run`` on a SuperLink and NUM_NODES SuperNodes of its own; yields the record its
+    ServerApp wrote (run config ``out``). On leaving, every process is stopped (their logs' tails printed when
+    the body failed) and none may be left; the run must have changed no file of examples/."""
     if not (app / "pyproject.toml").is_file():
         pytest.skip(f"the example app {app} is not next to the tests (tests/ copied alone)")
     deadline = time.monotonic() + DEADLINE_S
@@ -304,7 +309,7 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
     overrides = tmp_path / "run-config.toml"
     overrides.write_text(
         f"out = {json.dumps(str(record_path))}\nnum-server-rounds = {NUM_ROUNDS}\nmin-nodes = {NUM_NODES}\n"
-        f"fraction-train = {FRACTION_TRAIN}\nfraction-evaluate = 0.0\n",
+        + overrides_text,
         encoding="utf-8",
     )
     examples_files = _tree(app.parent)  # examples/: the run leaves no file in either app
@@ -367,82 +372,7 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
         # The ServerApp ran this environment's Python and the dprec under test.
         assert Path(record["dprec_file"]).resolve() == Path(dprec.__file__).resolve(), record["dprec_file"]
         assert Path(record["prefix"]).resolve() == Path(sys.prefix).resolve(), record["prefix"]
-
-        # The codec and delta of the app's run config defaults (the test overrides neither).
-        config = tomllib.loads((app / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
-        codec = DPRECCodec(
-            sigma=config["sigma"],
-            clip_multiplier=config["clip-multiplier"],
-            bits=config["bits"],
-            max_group_size=config["max-group-size"],
-        )
-        assert record["codec"] == {
-            "sigma": codec.sigma,
-            "clip_multiplier": codec.clip_multiplier,
-            "bits": codec.bits,
-            "max_group_size": codec.max_group_size,
-        }
-        rounds = record["rounds"]
-        assert [r["round"] for r in rounds] == list(range(1, NUM_ROUNDS + 1))
-        sampled = int(FRACTION_TRAIN * NUM_NODES)
-        seeds = []
-        for r in rounds:
-            where = f"round {r['round']}"
-            assert (r["num_available"], r["num_sampled"]) == (NUM_NODES, sampled), where
-            assert (r["num_aggregated"], r["num_rejected"], r["num_failed"]) == (sampled, 0, 0), where
-            assert len(r["messages"]) == sampled, where
-            before = {k: _array(v) for k, v in r["before"].items()}
-            after = {k: _array(v) for k, v in r["after"].items()}
-            assert list(before) == list(after) and set(before) == names, where
-            # Adaptive clipping (on by default): the round's codec has sigma = C_t / c, C_t from the previous round.
-            assert r["sigma"] == pytest.approx(r["clip_norm"] / codec.clip_multiplier, rel=1e-15), where
-            if r["round"] == 1:
-                assert r["clip_norm"] == pytest.approx(codec.clip_norm, rel=1e-15), where
-            else:
-                # The round's clip norm is its codec's, sigma c: the previous round's next clip norm to rounding.
-                assert r["clip_norm"] == pytest.approx(rounds[r["round"] - 2]["next_clip_norm"], rel=1e-15), where
-            round_codec = DPRECCodec(
-                sigma=r["sigma"],
-                clip_multiplier=codec.clip_multiplier,
-                bits=codec.bits,
-                max_group_size=codec.max_group_size,
-            )
-            msgs = [DPRECMessage.from_bytes(base64.b64decode(m), round_codec.layout(before)) for m in r["messages"]]
-            seeds += [m.seed for m in msgs]
-            # The global model after the round is the one before plus the mean of the round's messages, as the
-            # strategy computes it: float64 sums in aggregation order (codec.accumulate) over their count, as
-            # float32, added in the model's dtype: exactly. (And codec.aggregate to float64 rounding.)
-            sums = round_codec.accumulate(msgs, {k: np.zeros(g.shape) for k, g in before.items()})
-            mean = {k: (v / len(msgs)).astype(np.float32) for k, v in sums.items()}
-            reference = round_codec.aggregate(msgs, before)
-            for k in mean:
-                np.testing.assert_allclose(mean[k], reference[k], rtol=1e-6, atol=1e-7 * round_codec.sigma)
-            for k, g in before.items():
-                assert after[k].dtype == g.dtype == np.float32, (where, k)
-                np.testing.assert_array_equal(after[k], np.asarray(g + mean[k], dtype=g.dtype), err_msg=f"{where}: {k}")
-                assert not np.array_equal(after[k], g), f"{where}: {k} did not move"
-        # Round 2 starts from round 1's result; every message has its own seed.
-        for k in rounds[0]["after"]:
-            np.testing.assert_array_equal(_array(rounds[1]["before"][k]), _array(rounds[0]["after"][k]))
-        assert len(set(seeds)) == len(seeds)
-
-        # Epsilon is the codec's accountant for 2 of 3 nodes without replacement with the quantile bits, composed
-        # per round.
-        template = {k: _array(v) for k, v in rounds[0]["before"].items()}
-        assert {r["delta"] for r in rounds} == {config["delta"]}
-        assert record["quantile_noise"] == 2.0 / codec.clip_multiplier  # AdaptiveClipping's default
-        acc = codec.accountant(
-            template,
-            num_clients=NUM_NODES,
-            clients_per_round=sampled,
-            delta=config["delta"],
-            sampling="without_replacement",
-            rounds=NUM_ROUNDS,
-            quantile_noise=record["quantile_noise"],
-        )
-        expected = [acc.step().epsilon for _ in rounds]
-        assert [r["epsilon"] for r in rounds] == pytest.approx(expected, rel=1e-12)
-        assert 0 < expected[0] < expected[1] < np.inf
+        yield record
         ok = True
     finally:
         left = procs.stop()
@@ -450,3 +380,128 @@ def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
             print(procs.tails(80))
     assert not left, f"processes still running after SIGKILL: {sorted(left)}\n{procs.tails()}"
     assert _tree(app.parent) == examples_files, f"the run of {app.name} changed files in {app.parent}"
+
+
+@pytest.mark.parametrize("api", list(APPS))
+def test_flwr_run_on_a_superlink_and_supernodes(tmp_path, api):
+    import tomllib  # Python >= 3.11, as the module requires
+
+    app, names = APPS[api]
+    overrides = f"fraction-train = {FRACTION_TRAIN}\nfraction-evaluate = 0.0\n"
+    with _deployed_run(tmp_path, app, overrides) as record:
+
+            # The codec and delta of the app's run config defaults (the test overrides neither).
+            config = tomllib.loads((app / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+            codec = DPRECCodec(
+                sigma=config["sigma"],
+                clip_multiplier=config["clip-multiplier"],
+                bits=config["bits"],
+                max_group_size=config["max-group-size"],
+            )
+            assert record["codec"] == {
+                "sigma": codec.sigma,
+                "clip_multiplier": codec.clip_multiplier,
+                "bits": codec.bits,
+                "max_group_size": codec.max_group_size,
+            }
+            rounds = record["rounds"]
+            assert [r["round"] for r in rounds] == list(range(1, NUM_ROUNDS + 1))
+            sampled = int(FRACTION_TRAIN * NUM_NODES)
+            seeds = []
+            for r in rounds:
+                where = f"round {r['round']}"
+                assert (r["num_available"], r["num_sampled"]) == (NUM_NODES, sampled), where
+                assert (r["num_aggregated"], r["num_rejected"], r["num_failed"]) == (sampled, 0, 0), where
+                assert len(r["messages"]) == sampled, where
+                before = {k: _array(v) for k, v in r["before"].items()}
+                after = {k: _array(v) for k, v in r["after"].items()}
+                assert list(before) == list(after) and set(before) == names, where
+                # Adaptive clipping (on by default): the round's codec has sigma = C_t / c, C_t from the previous round.
+                assert r["sigma"] == pytest.approx(r["clip_norm"] / codec.clip_multiplier, rel=1e-15), where
+                if r["round"] == 1:
+                    assert r["clip_norm"] == pytest.approx(codec.clip_norm, rel=1e-15), where
+                else:
+                    # The round's clip norm is its codec's, sigma c: the previous round's next clip norm to rounding.
+                    assert r["clip_norm"] == pytest.approx(rounds[r["round"] - 2]["next_clip_norm"], rel=1e-15), where
+                round_codec = DPRECCodec(
+                    sigma=r["sigma"],
+                    clip_multiplier=codec.clip_multiplier,
+                    bits=codec.bits,
+                    max_group_size=codec.max_group_size,
+                )
+                msgs = [DPRECMessage.from_bytes(base64.b64decode(m), round_codec.layout(before)) for m in r["messages"]]
+                seeds += [m.seed for m in msgs]
+                # The global model after the round is the one before plus the mean of the round's messages, as the
+                # strategy computes it: float64 sums in aggregation order (codec.accumulate) over their count, as
+                # float32, added in the model's dtype: exactly. (And codec.aggregate to float64 rounding.)
+                sums = round_codec.accumulate(msgs, {k: np.zeros(g.shape) for k, g in before.items()})
+                mean = {k: (v / len(msgs)).astype(np.float32) for k, v in sums.items()}
+                reference = round_codec.aggregate(msgs, before)
+                for k in mean:
+                    np.testing.assert_allclose(mean[k], reference[k], rtol=1e-6, atol=1e-7 * round_codec.sigma)
+                for k, g in before.items():
+                    assert after[k].dtype == g.dtype == np.float32, (where, k)
+                    np.testing.assert_array_equal(after[k], np.asarray(g + mean[k], dtype=g.dtype), err_msg=f"{where}: {k}")
+                    assert not np.array_equal(after[k], g), f"{where}: {k} did not move"
+            # Round 2 starts from round 1's result; every message has its own seed.
+            for k in rounds[0]["after"]:
+                np.testing.assert_array_equal(_array(rounds[1]["before"][k]), _array(rounds[0]["after"][k]))
+            assert len(set(seeds)) == len(seeds)
+
+            # Epsilon is the codec's accountant for 2 of 3 nodes without replacement with the quantile bits, composed
+            # per round.
+            template = {k: _array(v) for k, v in rounds[0]["before"].items()}
+            assert {r["delta"] for r in rounds} == {config["delta"]}
+            assert record["quantile_noise"] == 2.0 / codec.clip_multiplier  # AdaptiveClipping's default
+            acc = codec.accountant(
+                template,
+                num_clients=NUM_NODES,
+                clients_per_round=sampled,
+                delta=config["delta"],
+                sampling="without_replacement",
+                rounds=NUM_ROUNDS,
+                quantile_noise=record["quantile_noise"],
+            )
+            expected = [acc.step().epsilon for _ in rounds]
+            assert [r["epsilon"] for r in rounds] == pytest.approx(expected, rel=1e-12)
+            assert 0 < expected[0] < expected[1] < np.inf
+
+
+
+def test_distributed_dp_over_secagg_on_a_superlink_and_supernodes(tmp_path):
+    """examples/flower-secagg-app: distributed DP under Flower's SecAgg+ across processes (gRPC). Every round the
+    server's mean is the pipeline's decode of the modular sum SecAgg+ revealed, the global model moves by exactly
+    that mean, and epsilon is the accounting recomputed from the round's public parameters."""
+    import tomllib
+
+    from dprec.accounting import Accountant, DDGEvent, SecAggRoundEvent
+    from dprec.secagg import DDGPipeline
+
+    config = tomllib.loads((SECAGG_APP / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    with _deployed_run(tmp_path, SECAGG_APP, "") as record:
+        rounds = record["rounds"]
+        assert [r["round"] for r in rounds] == list(range(1, NUM_ROUNDS + 1))
+        acc = Accountant(threat_model="server")
+        for r in rounds:
+            where = f"round {r['round']}"
+            assert (r["status"], r["num_sampled"], r["num_aggregated"]) == ("aggregated", NUM_NODES, NUM_NODES), where
+            dim = sum(_array(a).size for a in r["before"])
+            pipe = DDGPipeline(dim, clip=r["clip_norm"], bits=r["bits"], num_clients=r["num_sampled"], seed=r["seed"],
+                               noise_stddev=r["noise_stddev"], granularity=r["granularity"])
+            assert (pipe.clip, pipe.bits) == (config["clip-norm"], config["bits"]), where
+            assert pipe.noise_stddev == pytest.approx(config["noise-multiplier"] * config["clip-norm"] / NUM_NODES**0.5,
+                                                      rel=1e-15), where
+            total = _array(r["modular_sum"])
+            mean = _array(r["mean"])
+            np.testing.assert_array_equal(mean, pipe.decode(total, num_clients=NUM_NODES), err_msg=where)
+            before, after = [_array(a) for a in r["before"]], [_array(a) for a in r["after"]]
+            offset = 0
+            for g, h in zip(before, after):
+                piece = mean[offset: offset + g.size].reshape(g.shape)
+                offset += g.size
+                np.testing.assert_array_equal(h, (g.astype(np.float64) + piece).astype(np.float32), err_msg=where)
+            acc.compose(SecAggRoundEvent([DDGEvent(l2_sensitivity=pipe.l2_sensitivity, noise_stddev=pipe.noise_stddev,
+                                                   num_clients=NUM_NODES, dim=pipe.padded_dim,
+                                                   granularity=pipe.granularity)], participation_rate=1.0))
+            assert r["epsilon"] == pytest.approx(acc.get_epsilon(config["delta"]), rel=1e-12), where
+        assert len({r["seed"] for r in rounds}) == NUM_ROUNDS  # a fresh public seed every round
