@@ -656,6 +656,9 @@ def test_aggregate_fit_applies_fails_and_discards():
         h = strategy.history[-1]
         history.append((h.status, params is None, metrics["dprec-clients"]))
         assert h.epsilon == metrics["dprec-epsilon"] > 0
+        for observer in ("server", "messages", "central"):  # one bound for all: each sees at most the server's view
+            assert metrics[f"dprec-epsilon.{observer}.zero"] == h.epsilon
+            assert metrics[f"dprec-epsilon.{observer}.add_remove"] == math.inf
         if r == 1:
             np.testing.assert_array_equal(h.mean, pipe.decode(modular_sum(np.stack(words), pipe.bits), num_clients=3))
             np.testing.assert_array_equal(parameters_to_ndarrays(params)[0], h.mean.astype(np.float32))

@@ -462,6 +462,16 @@ class DistributedDPStrategy(_LegacyWrapper):
             server_round, b, self.mechanism, pipe.noise_stddev, pipe.clip, self.bits, pipe.padded_dim)
         return out
 
+    @staticmethod
+    def _epsilon_metrics(epsilon: float) -> dict[str, Scalar]:
+        """``"dprec-epsilon"`` and, as DP-REC's strategies name them, ``"dprec-epsilon.<threat model>.<relation>"``:
+        one number for every observer (each sees at most the server's view), ``inf`` for ``add_remove``."""
+        out: dict[str, Scalar] = {"dprec-epsilon": epsilon}
+        for observer in ("server", "messages", "central"):
+            out[f"dprec-epsilon.{observer}.zero"] = epsilon
+            out[f"dprec-epsilon.{observer}.add_remove"] = math.inf
+        return out
+
     def _record(self, server_round: int, plan: _Plan, status: str, shares: int, **extra: Any) -> DistributedDPRound:
         pipe = plan.pipeline
         stats = DistributedDPRound(
@@ -503,14 +513,14 @@ class DistributedDPStrategy(_LegacyWrapper):
         metrics: dict[str, Scalar] = {"dprec-clients": n, "dprec-dropped": len(plan.nodes) - n}
         if n == 0:
             self._record(server_round, plan, "empty", 0, reason="no masked vector")
-            metrics["dprec-epsilon"] = self.epsilon
+            metrics.update(self._epsilon_metrics(self.epsilon))
             return None, metrics
         # SecAgg+ unmasked a sum of n vectors: the server has seen it, whatever follows. Account it first.
         if self._accountant is None:
             self._accountant = Accountant(threat_model="server")
         self._accountant.compose(self._event(pipe, n, min(1.0, len(plan.nodes) / plan.num_clients), plan.lattice))
         epsilon = self.epsilon
-        metrics["dprec-epsilon"] = epsilon
+        metrics.update(self._epsilon_metrics(epsilon))
         start = time.perf_counter()
         try:
             aggregate = parameters_to_ndarrays(results[0][1].parameters)
@@ -558,8 +568,8 @@ class DistributedDPStrategy(_LegacyWrapper):
                         "dprec-secagg-word-bits": self.bits, "dprec-secagg-words": pipe.padded_dim})
         if fraction is not None:
             metrics["dprec-unclipped-fraction"] = fraction
-        log(INFO, "distributed DP round %d: %d of %d clients summed%s; epsilon %.4g (delta %g) against the server, "
-            "zero-out relation", server_round, n, len(plan.nodes), "" if applied else " (discarded by the strategy)",
+        log(INFO, "distributed DP round %d: %d of %d clients summed%s; epsilon %.4g (delta %g) against the server "
+            "(so against the messages and the released model too), zero-out relation", server_round, n, len(plan.nodes), "" if applied else " (discarded by the strategy)",
             epsilon, self.delta)
         user = self._fit_metrics(server_round, results, skip_empty=True)
         user.update(metrics)
