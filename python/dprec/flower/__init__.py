@@ -52,6 +52,18 @@ whose parameters hold no tensors and whose metrics carry the DP-REC message; the
 :class:`DPRECStrategy` inside and hands the wrapped strategy the DP mean, so FedAdam's or FedAvgM's
 server step applies to it.
 
+Distributed DP (DDG or Skellam noise, Chen et al.) under Flower's own secure aggregation, SecAgg+, for
+legacy-API apps: the client adds :func:`distributed_dp_mod` right after Flower's ``secaggplus_mod``, the
+server wraps its strategy in :class:`DistributedDPStrategy` and runs its :meth:`~DistributedDPStrategy.secagg_workflow`::
+
+    client_app = ClientApp(client_fn=client_fn, mods=[secaggplus_mod, distributed_dp_mod])
+    strategy = DistributedDPStrategy(FedAvg(...), clip_norm=0.5, noise_multiplier=1.0, bits=20, delta=1e-5)
+    DefaultWorkflow(fit_workflow=strategy.secagg_workflow(num_shares=5, reconstruction_threshold=3))(grid, legacy)
+
+SecAgg+ carries the clients' integer words mod ``2**bits`` exactly (:func:`secagg_ranges`); the server sees and
+decodes only their sum and accounts each round against itself (the *Distributed DP in Flower* page);
+:func:`secagg_plus_sum` runs SecAgg+ in one process over given words (``dprec compare``'s Flower rows).
+
 Bad configurations fail at construction with the class, its API and the fix named: a strategy of the
 other API, a Poisson rate outside (0, 1], a wrapped strategy whose fraction is outside (0, 1] or whose
 minimum sample exceeds ``num_clients`` (sampling without replacement); ``make_dprec_mod`` given as a mod
