@@ -240,6 +240,7 @@ def _reason(reply: Message) -> str:
         ("noise", "noise_stddev"),
         ("granularity", "granularity"),
         ("sketch", "more cells"),
+        ("sketch-rows", "rows, more than"),
         ("min-noise", "min_noise_multiplier"),
     ],
 )
@@ -266,7 +267,9 @@ def test_mod_refuses_before_training(case, match):
     elif case == "granularity":
         cfg["dprec.ddp.granularity"] = 0.0
     elif case == "sketch":
-        cfg.update({"dprec.ddp.sketch-rows": 1000, "dprec.ddp.sketch-cols": 1000})
+        cfg.update({"dprec.ddp.sketch-rows": 10, "dprec.ddp.sketch-cols": 1000})
+    elif case == "sketch-rows":  # few cells, but an encode of dim x 1000 work
+        cfg.update({"dprec.ddp.sketch-rows": 1000, "dprec.ddp.sketch-cols": 1})
     elif case == "min-noise":
         mod = make_distributed_dp_mod(min_noise_multiplier=5.0)
     trained = []
@@ -346,6 +349,8 @@ def test_strategy_arguments():
         ({"noise_multiplier": None, "target_epsilon": 1.0}, ValueError, "num_rounds"),
         ({"beta": 1.0}, ValueError, "beta"),
         ({"wrap_probability": 2.0}, ValueError, "wrap_probability"),
+        ({"sketch": (0, 16)}, ValueError, "rows"),
+        ({"sketch": "2x16"}, TypeError, "sketch"),
         ({"adaptive_clipping": "yes"}, TypeError, "adaptive_clipping"),
         ({"keep_sums": 1}, TypeError, "keep_sums"),
         ({"num_clients": 3, "strategy": FedAvg(min_fit_clients=5)}, ValueError, "min_fit_clients"),

@@ -27,6 +27,9 @@ MAX_SECAGG_BITS = 31
 #: ``(M - 1)^-k``): about 0.04 at 2 bits and 3 masks, below 1e-6 from 8 bits (``k >= 3``), where nothing useful
 #: needs fewer bits anyway.
 MIN_SECAGG_BITS = 8
+#: The most count-sketch rows a client's mod accepts from the server (the sketch costs ``dim x rows``; Chen et al.
+#: use one to a few).
+MAX_CLIENT_SKETCH_ROWS = 16
 #: ``DistributedDPStrategy(mechanism=...)``.
 MECHANISMS = ("ddg", "skellam")
 
@@ -167,27 +170,37 @@ def pipeline_config(pipeline: Any, *, count_lattice: int = 0, count_noise: float
     return out
 
 
-def pipeline_from_config(config: Mapping[str, Any], *, max_dim: int | None = None) -> Any:
+def pipeline_from_config(config: Mapping[str, Any], *, dim: int | None = None, max_cells: int | None = None) -> Any:
     """The server's pipeline of the round, from the entries of :func:`pipeline_config` (untrusted values checked:
-    a KeyError, TypeError or ValueError names the entry). ``max_dim`` caps the message length a client accepts."""
+    a KeyError, TypeError or ValueError names the entry).
+
+    ``dim``: the model's size the client expects (checked first). ``max_cells``: the most sketch cells it accepts;
+    a sketch also has at most :data:`MAX_CLIENT_SKETCH_ROWS` rows (its encode costs ``dim x rows``)."""
     from ..secagg.pipeline import DDGPipeline, SkellamPipeline  # noqa: PLC0415 - SciPy on first use only
 
     missing = [k for k in _REQUIRED if k not in config]
     if missing:
         raise KeyError(f"the train config lacks the distributed-DP keys {missing}")
+    if dim is not None and config[CONFIG_DDP_DIM] != dim:
+        raise ValueError(f"the server's dim={_text(config[CONFIG_DDP_DIM])} is not the model's {dim} floating-point "
+                         "parameters")
     mechanism = config[CONFIG_DDP_MECHANISM]
     if mechanism not in MECHANISMS:
-        raise ValueError(f"config[{CONFIG_DDP_MECHANISM!r}] must be one of {MECHANISMS}, got {str(mechanism)[:40]!r}")
+        raise ValueError(f"config[{CONFIG_DDP_MECHANISM!r}] must be one of {MECHANISMS}, got {_text(mechanism)}")
     bits = config[CONFIG_DDP_BITS]
     secagg_ranges(bits)  # the bits SecAgg+ can carry
-    sketch: Any = None
+    sketch_kw: dict[str, Any] = {}
     if CONFIG_DDP_SKETCH_ROWS in config or CONFIG_DDP_SKETCH_COLS in config:
         rows, cols = config.get(CONFIG_DDP_SKETCH_ROWS), config.get(CONFIG_DDP_SKETCH_COLS)
-        sketch = (rows, cols)
-        if max_dim is not None and isinstance(rows, int) and isinstance(cols, int) and rows * cols > max_dim:
-            raise ValueError(f"the sketch {sketch} has more cells than the {max_dim} the client accepts")
+        if isinstance(rows, int) and rows > MAX_CLIENT_SKETCH_ROWS:
+            raise ValueError(f"the sketch has {rows} rows, more than the {MAX_CLIENT_SKETCH_ROWS} a client encodes")
+        if max_cells is not None and isinstance(rows, int) and isinstance(cols, int) and rows * cols > max_cells:
+            raise ValueError(f"the sketch {(rows, cols)} has more cells than the {max_cells} the client accepts")
+        sketch_kw["sketch"] = (rows, cols)
+        if CONFIG_DDP_SKETCH_SLACK in config:
+            sketch_kw["sketch_slack"] = config[CONFIG_DDP_SKETCH_SLACK]
     cls = DDGPipeline if mechanism == "ddg" else SkellamPipeline
-    pipe = cls(
+    return cls(
         config[CONFIG_DDP_DIM],
         clip=config[CONFIG_DDP_CLIP],
         bits=bits,
@@ -196,10 +209,14 @@ def pipeline_from_config(config: Mapping[str, Any], *, max_dim: int | None = Non
         noise_stddev=config[CONFIG_DDP_NOISE],
         granularity=config[CONFIG_DDP_GRANULARITY],
         beta=config[CONFIG_DDP_BETA],
-        sketch=sketch,
-        sketch_slack=config.get(CONFIG_DDP_SKETCH_SLACK, 0.1),
+        **sketch_kw,
     )
-    return pipe
+
+
+def _text(value: Any) -> str:
+    """A bounded repr of an untrusted config value."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def count_from_config(config: Mapping[str, Any]) -> tuple[int, float] | None:
@@ -208,7 +225,7 @@ def count_from_config(config: Mapping[str, Any]) -> tuple[int, float] | None:
         return None
     m, noise = config[CONFIG_DDP_COUNT_LATTICE], config.get(CONFIG_DDP_COUNT_NOISE)
     if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= 1 << 16:
-        raise ValueError(f"config[{CONFIG_DDP_COUNT_LATTICE!r}] must be an int in [1, 2**16], got {str(m)[:40]}")
+        raise ValueError(f"config[{CONFIG_DDP_COUNT_LATTICE!r}] must be an int in [1, 2**16], got {_text(m)}")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 < noise <= _MAX_COUNT_NOISE:
-        raise ValueError(f"config[{CONFIG_DDP_COUNT_NOISE!r}] must be a float in (0, 2**24], got {str(noise)[:40]}")
+        raise ValueError(f"config[{CONFIG_DDP_COUNT_NOISE!r}] must be a float in (0, 2**24], got {_text(noise)}")
     return m, float(noise)

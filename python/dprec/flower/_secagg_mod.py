@@ -43,10 +43,11 @@ class _Options:
     min_noise_multiplier: float | None = None
     keep_metrics: bool = False
     rng: Any = None
-    max_dim_factor: int = 4
 
 
 _DEFAULT = _Options()
+# The most sketch cells per model parameter the mod accepts (a sketch is meant to shrink the message).
+_MAX_CELLS_PER_PARAMETER = 4
 
 
 def distributed_dp_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
@@ -155,13 +156,11 @@ def _distributed_dp_mod(
         global_arrays = parameters_to_ndarrays(fitins.parameters)
         floats = [i for i, a in enumerate(global_arrays) if a.dtype.kind == "f"]
         dim = int(sum(global_arrays[i].size for i in floats))
-        pipe = pipeline_from_config(config, max_dim=max(1, _DEFAULT.max_dim_factor * dim))
+        pipe = pipeline_from_config(config, dim=dim, max_cells=max(1, _MAX_CELLS_PER_PARAMETER * dim))
         count = count_from_config(config)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         return _error_reply(msg, f"bad distributed-DP configuration from the server: {exc}")
     problem = _secagg_problem(msg, context, pipe.bits)
-    if problem is None and pipe.dim != dim:
-        problem = f"the server's dim={pipe.dim} is not the model's {dim} floating-point parameters"
     if problem is None and not all(np.all(np.isfinite(global_arrays[i])) for i in floats):
         problem = "the global parameters hold a NaN or an infinity"
     if problem is None and options.min_noise_multiplier is not None:

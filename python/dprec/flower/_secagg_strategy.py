@@ -202,13 +202,13 @@ class DistributedDPStrategy(_LegacyWrapper):
         problem = _sample_plan_problem(strategy, "fraction_fit", "min_fit_clients", "min_available_clients", num_clients)
         if problem:
             raise ValueError(f"DistributedDPStrategy: {problem}")
-        # The pipeline checks beta, sketch and wrap_probability; a tiny one here names them now.
         from ..secagg.pipeline import DDGPipeline, SkellamPipeline  # noqa: PLC0415 - SciPy on first use only
 
         self._pipeline_cls = DDGPipeline if mechanism == "ddg" else SkellamPipeline
         self._pipeline_kwargs: dict[str, Any] = {"beta": beta, "sketch": sketch, "wrap_probability": wrap_probability}
-        self._pipeline_cls(8, clip=1.0, bits=max(self.bits, 16), num_clients=2, seed=0, noise_stddev=1.0,
-                           **{**self._pipeline_kwargs, "sketch": None if sketch is None else (1, 2)})
+        # A small pipeline checks beta, sketch and wrap_probability now, naming them (the model's size, the bits for
+        # the round's clients and the noise are checked when a round is configured).
+        self._pipeline_cls(8, clip=1.0, bits=31, num_clients=2, seed=0, noise_stddev=1.0, **self._pipeline_kwargs)
         if adaptive_clipping is True:
             adaptive_clipping = AdaptiveClipping()
         if adaptive_clipping is not False and not isinstance(adaptive_clipping, AdaptiveClipping):
